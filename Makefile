@@ -1,0 +1,39 @@
+# Two commands on a fresh machine: `make run` and `make test`.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+REPO ?= model_repository
+PIP := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: setup run test lint protos models bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install -c constraints.txt -e '.[onnxruntime,test]'
+	touch $@
+
+run: setup
+	$(VENV)/bin/turnout up --model-repository $(REPO)
+
+test: setup
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy gateway sidecars protos
+
+protos: setup
+	$(PY) -m protos.generate
+
+models: setup
+	$(PY) scripts/make_models.py $(REPO)
+
+bench: setup
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,63 @@
+"""Triton model-repository layout rules that gateway and sidecars share: which
+framework serves a model, its default file, and which folders are versions."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# platform or backend name in config.pbtxt -> the sidecar framework that serves it
+FRAMEWORK_OF: dict[str, str] = {
+    "onnxruntime_onnx": "onnxruntime",
+    "onnxruntime": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "libtorch": "pytorch",
+    "torch_aoti": "pytorch",
+    "pytorch": "pytorch",
+    "tensorrt_plan": "tensorrt",
+    "tensorrt": "tensorrt",
+}
+
+# framework -> (backend, platform, default model file)
+DEFAULTS: dict[str, tuple[str, str, str]] = {
+    "onnxruntime": ("onnxruntime", "onnxruntime_onnx", "model.onnx"),
+    "pytorch": ("pytorch", "pytorch_libtorch", "model.pt"),
+    "tensorrt": ("tensorrt", "tensorrt_plan", "model.plan"),
+}
+
+_SUFFIX_FRAMEWORK = {".onnx": "onnxruntime", ".pt": "pytorch", ".pt2": "pytorch", ".plan": "tensorrt"}
+_PLATFORM = re.compile(r'^\s*(platform|backend)\s*:\s*"([^"]*)"', re.MULTILINE)
+
+
+def is_version_dir(name: str) -> bool:
+    """Version folders are decimal numbers without a leading zero."""
+    return name.isdigit() and not name.startswith("0")
+
+
+def framework_of_name(platform_or_backend: str) -> str | None:
+    return FRAMEWORK_OF.get(platform_or_backend)
+
+
+def framework_of_file(filename: str) -> str | None:
+    return _SUFFIX_FRAMEWORK.get(Path(filename).suffix)
+
+
+def framework_of_model(model_dir: Path, config_text: str | None = None) -> str | None:
+    """The framework of a model folder: config platform/backend first, then its files.
+
+    Reads only the config's top-level platform/backend lines, so it is cheap
+    enough for `turnout up` to scan a whole repository before starting sidecars.
+    """
+    if config_text is None:
+        config_file = model_dir / "config.pbtxt"
+        config_text = config_file.read_text() if config_file.is_file() else ""
+    for _, name in _PLATFORM.findall(config_text):
+        framework = framework_of_name(name)
+        if framework:
+            return framework
+    for version_dir in sorted(p for p in model_dir.iterdir() if p.is_dir() and is_version_dir(p.name)):
+        for entry in sorted(version_dir.iterdir()):
+            framework = framework_of_file(entry.name)
+            if framework:
+                return framework
+    return None

@@ -1,0 +1,54 @@
+"""The gRPC service both processes serve: its name, its methods and channel limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SERVICE = "inference.GRPCInferenceService"
+
+# Triton and tritonclient allow INT32_MAX bytes both ways; grpcio's default is 4 MiB.
+MAX_MESSAGE_BYTES = 2**31 - 1
+MESSAGE_SIZE_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # as in the .proto: "ModelInfer"
+    request: str  # message type names in grpc_service_pb2
+    response: str
+    streaming: bool = False
+
+    @property
+    def path(self) -> str:
+        return f"/{SERVICE}/{self.name}"
+
+
+METHODS: tuple[Method, ...] = (
+    Method("ServerLive", "ServerLiveRequest", "ServerLiveResponse"),
+    Method("ServerReady", "ServerReadyRequest", "ServerReadyResponse"),
+    Method("ModelReady", "ModelReadyRequest", "ModelReadyResponse"),
+    Method("ServerMetadata", "ServerMetadataRequest", "ServerMetadataResponse"),
+    Method("ModelMetadata", "ModelMetadataRequest", "ModelMetadataResponse"),
+    Method("ModelInfer", "ModelInferRequest", "ModelInferResponse"),
+    Method("ModelStreamInfer", "ModelInferRequest", "ModelStreamInferResponse", streaming=True),
+    Method("ModelConfig", "ModelConfigRequest", "ModelConfigResponse"),
+    Method("ModelStatistics", "ModelStatisticsRequest", "ModelStatisticsResponse"),
+    Method("RepositoryIndex", "RepositoryIndexRequest", "RepositoryIndexResponse"),
+    Method("RepositoryModelLoad", "RepositoryModelLoadRequest", "RepositoryModelLoadResponse"),
+    Method("RepositoryModelUnload", "RepositoryModelUnloadRequest", "RepositoryModelUnloadResponse"),
+    Method("SystemSharedMemoryStatus", "SystemSharedMemoryStatusRequest", "SystemSharedMemoryStatusResponse"),
+    Method("SystemSharedMemoryRegister", "SystemSharedMemoryRegisterRequest", "SystemSharedMemoryRegisterResponse"),
+    Method(
+        "SystemSharedMemoryUnregister", "SystemSharedMemoryUnregisterRequest", "SystemSharedMemoryUnregisterResponse"
+    ),
+    Method("CudaSharedMemoryStatus", "CudaSharedMemoryStatusRequest", "CudaSharedMemoryStatusResponse"),
+    Method("CudaSharedMemoryRegister", "CudaSharedMemoryRegisterRequest", "CudaSharedMemoryRegisterResponse"),
+    Method("CudaSharedMemoryUnregister", "CudaSharedMemoryUnregisterRequest", "CudaSharedMemoryUnregisterResponse"),
+    Method("TraceSetting", "TraceSettingRequest", "TraceSettingResponse"),
+    Method("LogSettings", "LogSettingsRequest", "LogSettingsResponse"),
+)
+
+BY_NAME: dict[str, Method] = {m.name: m for m in METHODS}

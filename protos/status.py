@@ -1,0 +1,106 @@
+"""The one error type both processes raise, carrying Triton's protocol-neutral status.
+
+Front ends map a Status to HTTP or gRPC exactly once, with the tables below.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import grpc
+
+
+class Status(enum.Enum):
+    """Triton's error codes (TRITONSERVER_Error_Code), independent of transport."""
+
+    UNKNOWN = "UNKNOWN"
+    INTERNAL = "INTERNAL"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_ARG = "INVALID_ARG"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNSUPPORTED = "UNSUPPORTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    CANCELLED = "CANCELLED"
+
+
+HTTP_STATUS: dict[Status, int] = {
+    Status.UNKNOWN: 400,
+    Status.INTERNAL: 500,
+    Status.NOT_FOUND: 404,
+    Status.INVALID_ARG: 400,
+    Status.UNAVAILABLE: 503,
+    Status.UNSUPPORTED: 501,
+    Status.ALREADY_EXISTS: 400,
+    Status.CANCELLED: 400,
+}
+
+GRPC_STATUS: dict[Status, grpc.StatusCode] = {
+    Status.UNKNOWN: grpc.StatusCode.UNKNOWN,
+    Status.INTERNAL: grpc.StatusCode.INTERNAL,
+    Status.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Status.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
+    Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Status.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
+    Status.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    Status.CANCELLED: grpc.StatusCode.CANCELLED,
+}
+
+# The way back, for errors a sidecar returned over gRPC. Codes Triton never
+# sends (DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ...) fold into the nearest status.
+_FROM_GRPC: dict[grpc.StatusCode, Status] = {code: status for status, code in GRPC_STATUS.items()}
+_FROM_GRPC.update(
+    {
+        grpc.StatusCode.DEADLINE_EXCEEDED: Status.UNAVAILABLE,
+        grpc.StatusCode.RESOURCE_EXHAUSTED: Status.UNAVAILABLE,
+        grpc.StatusCode.FAILED_PRECONDITION: Status.INVALID_ARG,
+        grpc.StatusCode.OUT_OF_RANGE: Status.INVALID_ARG,
+        grpc.StatusCode.PERMISSION_DENIED: Status.UNAVAILABLE,
+        grpc.StatusCode.UNAUTHENTICATED: Status.UNAVAILABLE,
+        grpc.StatusCode.ABORTED: Status.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS: Status.INTERNAL,
+    }
+)
+
+
+def status_from_grpc(code: grpc.StatusCode) -> Status:
+    return _FROM_GRPC.get(code, Status.UNKNOWN)
+
+
+class TurnoutError(Exception):
+    """An error with a Triton status and Triton's message text."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"TurnoutError({self.status.name}, {self.message!r})"
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS[self.status]
+
+    @property
+    def grpc_status(self) -> grpc.StatusCode:
+        return GRPC_STATUS[self.status]
+
+
+def invalid_arg(message: str) -> TurnoutError:
+    return TurnoutError(Status.INVALID_ARG, message)
+
+
+def not_found(message: str) -> TurnoutError:
+    return TurnoutError(Status.NOT_FOUND, message)
+
+
+def unavailable(message: str) -> TurnoutError:
+    return TurnoutError(Status.UNAVAILABLE, message)
+
+
+def internal(message: str) -> TurnoutError:
+    return TurnoutError(Status.INTERNAL, message)
+
+
+def unsupported(message: str) -> TurnoutError:
+    return TurnoutError(Status.UNSUPPORTED, message)
