@@ -1,0 +1,35 @@
+"""The gateway's settings: one frozen value built by the CLI, passed down explicitly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SidecarAddress:
+    """A sidecar the gateway routes to: its framework and gRPC address (host:port)."""
+
+    framework: str
+    address: str
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    host: str = "0.0.0.0"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    allow_http: bool = True
+    allow_grpc: bool = True
+    allow_metrics: bool = True
+    model_control_mode: str = "none"  # none | explicit | poll
+    strict_readiness: bool = True
+    allow_client_shm: bool = False
+    exit_timeout_secs: float = 30.0
+    http_max_input_size: int = 64 * 2**20
+    log_verbose: int = 0
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_format: str = "default"
+    sidecars: tuple[SidecarAddress, ...] = field(default_factory=tuple)
