@@ -1,0 +1,217 @@
+"""Build the small ONNX models that model_repository/ ships and the tests generate.
+
+`python scripts/make_models.py [REPO]` rewrites the example repository; tests and
+benchmarks import the `write_*` functions to build repositories of their own.
+Weights are seeded, so every run writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8  # what every onnxruntime >= 1.15 reads
+
+ONNX_TYPE = {
+    "BOOL": TensorProto.BOOL,
+    "UINT8": TensorProto.UINT8,
+    "UINT16": TensorProto.UINT16,
+    "UINT32": TensorProto.UINT32,
+    "UINT64": TensorProto.UINT64,
+    "INT8": TensorProto.INT8,
+    "INT16": TensorProto.INT16,
+    "INT32": TensorProto.INT32,
+    "INT64": TensorProto.INT64,
+    "FP16": TensorProto.FLOAT16,
+    "FP32": TensorProto.FLOAT,
+    "FP64": TensorProto.DOUBLE,
+    "BYTES": TensorProto.STRING,
+}
+CONFIG_TYPE = {name: "TYPE_STRING" if name == "BYTES" else f"TYPE_{name}" for name in ONNX_TYPE}
+
+
+def _save(graph: onnx.GraphProto, path: Path) -> None:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="turnout")
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
+def _tensor(name: str, datatype: str, dims: list[int | str]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, ONNX_TYPE[datatype], dims)
+
+
+def _io(name: str, datatype: str, dims: list[int]) -> str:
+    shape = ", ".join(str(d) for d in dims)
+    return f'  {{\n    name: "{name}"\n    data_type: {CONFIG_TYPE[datatype]}\n    dims: [ {shape} ]\n  }}'
+
+
+def _config(
+    name: str,
+    max_batch_size: int,
+    inputs: list[tuple[str, str, list[int]]],
+    outputs: list[tuple[str, str, list[int]]],
+    extra: str = "",
+) -> str:
+    lines = [f'name: "{name}"', 'platform: "onnxruntime_onnx"', f"max_batch_size: {max_batch_size}"]
+    lines.append("input [\n" + ",\n".join(_io(*i) for i in inputs) + "\n]")
+    lines.append("output [\n" + ",\n".join(_io(*o) for o in outputs) + "\n]")
+    if extra:
+        lines.append(extra.strip())
+    return "\n".join(lines) + "\n"
+
+
+def _dims(max_batch_size: int, dims: list[int]) -> list[int | str]:
+    return (["batch"] if max_batch_size > 0 else []) + [("n" if d == -1 else d) for d in dims]
+
+
+def write_simple(
+    repo: Path,
+    name: str = "simple",
+    datatype: str = "INT32",
+    max_batch_size: int = 8,
+    extra_config: str = "",
+    versions: tuple[int, ...] = (1,),
+) -> Path:
+    """Triton's `simple`: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, shape [16]."""
+    model_dir = Path(repo) / name
+    dims = _dims(max_batch_size, [16])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]), helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
+        name,
+        [_tensor("INPUT0", datatype, dims), _tensor("INPUT1", datatype, dims)],
+        [_tensor("OUTPUT0", datatype, dims), _tensor("OUTPUT1", datatype, dims)],
+    )
+    for version in versions:
+        _save(graph, model_dir / str(version) / "model.onnx")
+    io = [("INPUT0", datatype, [16]), ("INPUT1", datatype, [16])]
+    out = [("OUTPUT0", datatype, [16]), ("OUTPUT1", datatype, [16])]
+    (model_dir / "config.pbtxt").write_text(_config(name, max_batch_size, io, out, extra_config))
+    return model_dir
+
+
+def write_simple_string(repo: Path, name: str = "simple_string", max_batch_size: int = 8) -> Path:
+    """Triton's `simple_string`: the same sums and differences on numbers carried as strings."""
+    model_dir = Path(repo) / name
+    dims = _dims(max_batch_size, [16])
+    nodes = [
+        helper.make_node("Cast", ["INPUT0"], ["a"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["INPUT1"], ["b"], to=TensorProto.INT32),
+        helper.make_node("Add", ["a", "b"], ["sum"]),
+        helper.make_node("Sub", ["a", "b"], ["diff"]),
+        helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=TensorProto.STRING),
+        helper.make_node("Cast", ["diff"], ["OUTPUT1"], to=TensorProto.STRING),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [_tensor("INPUT0", "BYTES", dims), _tensor("INPUT1", "BYTES", dims)],
+        [_tensor("OUTPUT0", "BYTES", dims), _tensor("OUTPUT1", "BYTES", dims)],
+    )
+    _save(graph, model_dir / "1" / "model.onnx")
+    io = [("INPUT0", "BYTES", [16]), ("INPUT1", "BYTES", [16])]
+    out = [("OUTPUT0", "BYTES", [16]), ("OUTPUT1", "BYTES", [16])]
+    (model_dir / "config.pbtxt").write_text(_config(name, max_batch_size, io, out))
+    return model_dir
+
+
+def write_identity(
+    repo: Path,
+    name: str = "simple_identity",
+    datatype: str = "BYTES",
+    max_batch_size: int = 8,
+    with_config: bool = True,
+) -> Path:
+    """OUTPUT0 = INPUT0 for a variable-length vector of any datatype."""
+    model_dir = Path(repo) / name
+    dims = _dims(max_batch_size, [-1])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        name,
+        [_tensor("INPUT0", datatype, dims)],
+        [_tensor("OUTPUT0", datatype, dims)],
+    )
+    _save(graph, model_dir / "1" / "model.onnx")
+    if with_config:
+        config = _config(name, max_batch_size, [("INPUT0", datatype, [-1])], [("OUTPUT0", datatype, [-1])])
+        (model_dir / "config.pbtxt").write_text(config)
+    return model_dir
+
+
+def write_linear(repo: Path, name: str = "linear", versions: dict[int, float] | None = None) -> Path:
+    """An FP32 model with one version per scale: OUTPUT0 = INPUT0 * scale, shape [4].
+
+    Versions differ in their answers, so a client can tell which one served it.
+    """
+    versions = versions or {1: 1.0, 2: 2.0}
+    model_dir = Path(repo) / name
+    dims = _dims(8, [4])
+    for version, scale in versions.items():
+        weight = numpy_helper.from_array(np.array(scale, dtype=np.float32), "scale")
+        graph = helper.make_graph(
+            [helper.make_node("Mul", ["INPUT0", "scale"], ["OUTPUT0"])],
+            name,
+            [_tensor("INPUT0", "FP32", dims)],
+            [_tensor("OUTPUT0", "FP32", dims)],
+            initializer=[weight],
+        )
+        _save(graph, model_dir / str(version) / "model.onnx")
+    extra = "version_policy: { all { } }\ndynamic_batching { }"
+    config = _config(name, 8, [("INPUT0", "FP32", [4])], [("OUTPUT0", "FP32", [4])], extra)
+    (model_dir / "config.pbtxt").write_text(config)
+    return model_dir
+
+
+def write_mlp(
+    repo: Path,
+    name: str = "mlp",
+    sizes: tuple[int, ...] = (512, 2048, 2048, 10),
+    max_batch_size: int = 64,
+    extra_config: str = "dynamic_batching { }",
+    seed: int = 0,
+) -> Path:
+    """An FP32 multi-layer perceptron (Gemm + Relu, no activation on the last layer)."""
+    rng = np.random.default_rng(seed)
+    model_dir = Path(repo) / name
+    nodes, weights = [], []
+    previous = "INPUT0"
+    for layer, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:], strict=False)):
+        w = rng.standard_normal((fan_in, fan_out), dtype=np.float32) / np.sqrt(fan_in)
+        b = np.zeros(fan_out, dtype=np.float32)
+        weights += [numpy_helper.from_array(w, f"w{layer}"), numpy_helper.from_array(b, f"b{layer}")]
+        last = layer == len(sizes) - 2
+        out = "OUTPUT0" if last else f"h{layer}"
+        gemm_out = out if last else f"g{layer}"
+        nodes.append(helper.make_node("Gemm", [previous, f"w{layer}", f"b{layer}"], [gemm_out]))
+        if not last:
+            nodes.append(helper.make_node("Relu", [gemm_out], [out]))
+        previous = out
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [_tensor("INPUT0", "FP32", ["batch", sizes[0]])],
+        [_tensor("OUTPUT0", "FP32", ["batch", sizes[-1]])],
+        initializer=weights,
+    )
+    _save(graph, model_dir / "1" / "model.onnx")
+    config = _config(name, max_batch_size, [("INPUT0", "FP32", [sizes[0]])], [("OUTPUT0", "FP32", [sizes[-1]])], extra_config)
+    (model_dir / "config.pbtxt").write_text(config)
+    return model_dir
+
+
+def write_example_repository(repo: Path) -> None:
+    """The repository `make run` serves and the README uses."""
+    write_simple(repo)
+    write_simple_string(repo)
+    write_identity(repo)
+    write_linear(repo)
+
+
+if __name__ == "__main__":
+    write_example_repository(Path(sys.argv[1] if len(sys.argv) > 1 else "model_repository"))
