@@ -7,6 +7,7 @@ Weights are seeded, so every run writes the same bytes.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -83,7 +84,10 @@ def write_simple(
     model_dir = Path(repo) / name
     dims = _dims(max_batch_size, [16])
     graph = helper.make_graph(
-        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]), helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
         name,
         [_tensor("INPUT0", datatype, dims), _tensor("INPUT1", datatype, dims)],
         [_tensor("OUTPUT0", datatype, dims), _tensor("OUTPUT1", datatype, dims)],
@@ -181,7 +185,7 @@ def write_mlp(
     model_dir = Path(repo) / name
     nodes, weights = [], []
     previous = "INPUT0"
-    for layer, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:], strict=False)):
+    for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
         w = rng.standard_normal((fan_in, fan_out), dtype=np.float32) / np.sqrt(fan_in)
         b = np.zeros(fan_out, dtype=np.float32)
         weights += [numpy_helper.from_array(w, f"w{layer}"), numpy_helper.from_array(b, f"b{layer}")]
@@ -200,7 +204,8 @@ def write_mlp(
         initializer=weights,
     )
     _save(graph, model_dir / "1" / "model.onnx")
-    config = _config(name, max_batch_size, [("INPUT0", "FP32", [sizes[0]])], [("OUTPUT0", "FP32", [sizes[-1]])], extra_config)
+    io = [("INPUT0", "FP32", [sizes[0]])]
+    config = _config(name, max_batch_size, io, [("OUTPUT0", "FP32", [sizes[-1]])], extra_config)
     (model_dir / "config.pbtxt").write_text(config)
     return model_dir
 

@@ -1,0 +1,138 @@
+"""The `turnout` command: `up` (gateway + sidecars on one machine), `gateway`, `sidecar`.
+
+Flags follow Triton's names where clients feel them; every flag also reads an
+environment variable with the TURNOUT_ prefix (TURNOUT_UP_HTTP_PORT, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gateway.settings import GatewaySettings, SidecarAddress
+
+# Triton spells booleans `--flag=true|false`; a bare `--flag` means true.
+_BOOL = {"type": click.BOOL, "is_flag": False, "flag_value": True, "show_default": True}
+
+
+def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--host", default="0.0.0.0", show_default=True, help="Address the front ends bind."),
+        click.option("--http-port", type=int, default=8000, show_default=True),
+        click.option("--grpc-port", type=int, default=8001, show_default=True),
+        click.option("--metrics-port", type=int, default=8002, show_default=True),
+        click.option("--allow-http", default=True, **_BOOL),
+        click.option("--allow-grpc", default=True, **_BOOL),
+        click.option("--allow-metrics", default=True, **_BOOL),
+        click.option(
+            "--model-control-mode",
+            type=click.Choice(["none", "explicit", "poll"]),
+            default="none",
+            show_default=True,
+        ),
+        click.option("--strict-readiness", default=True, **_BOOL),
+        click.option("--allow-client-shm", default=False, **_BOOL),
+        click.option("--exit-timeout-secs", type=float, default=30.0, show_default=True),
+        click.option("--http-max-input-size", type=int, default=64 * 2**20, show_default=True),
+        click.option("--log-verbose", type=int, default=0, show_default=True),
+        click.option("--log-info", default=True, **_BOOL),
+        click.option("--log-warning", default=True, **_BOOL),
+        click.option("--log-error", default=True, **_BOOL),
+        click.option("--log-format", type=click.Choice(["default", "ISO8601"]), default="default", show_default=True),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _gateway_settings(sidecars: tuple[SidecarAddress, ...], **flags: Any) -> GatewaySettings:
+    keys = GatewaySettings.__dataclass_fields__.keys()
+    return GatewaySettings(sidecars=sidecars, **{k: v for k, v in flags.items() if k in keys})
+
+
+@click.group(context_settings={"auto_envvar_prefix": "TURNOUT", "help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="turnout")
+def cli() -> None:
+    """A Triton-compatible inference gateway with one sidecar process per framework."""
+
+
+@cli.command()
+@click.option(
+    "--model-repository",
+    "--model-store",
+    "model_repositories",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Triton model repository (repeatable).",
+)
+@click.option("--load-model", "load_models", multiple=True, help="Model to load at start in explicit mode; '*' = all.")
+@click.option("--exit-on-error", default=True, **_BOOL)
+@click.option("--repository-poll-secs", type=float, default=15.0, show_default=True)
+@click.option("--disable-auto-complete-config", is_flag=True, default=False)
+@click.option("--backend-config", "backend_configs", multiple=True, help="e.g. default-max-batch-size=4")
+@_gateway_options
+def up(
+    model_repositories: tuple[str, ...],
+    load_models: tuple[str, ...],
+    exit_on_error: bool,
+    repository_poll_secs: float,
+    disable_auto_complete_config: bool,
+    backend_configs: tuple[str, ...],
+    **flags: Any,
+) -> None:
+    """Serve a model repository: the gateway plus one sidecar per framework it needs."""
+    from gateway.supervisor import Supervisor, sidecar_arguments
+
+    arguments = sidecar_arguments(
+        model_repositories=model_repositories,
+        model_control_mode=flags["model_control_mode"],
+        load_models=load_models,
+        exit_on_error=exit_on_error,
+        strict_readiness=flags["strict_readiness"],
+        repository_poll_secs=repository_poll_secs,
+        disable_auto_complete_config=disable_auto_complete_config,
+        backend_configs=backend_configs,
+        exit_timeout_secs=flags["exit_timeout_secs"],
+        log_verbose=flags["log_verbose"],
+    )
+    supervisor = Supervisor(model_repositories, arguments, exit_timeout_secs=flags["exit_timeout_secs"])
+    sys.exit(supervisor.run(lambda sidecars: _gateway_settings(sidecars, **flags)))
+
+
+@cli.command()
+@click.option(
+    "--sidecar",
+    "sidecars",
+    multiple=True,
+    required=True,
+    help="FRAMEWORK=HOST:PORT of a sidecar to route to (repeatable).",
+)
+@_gateway_options
+def gateway(sidecars: tuple[str, ...], **flags: Any) -> None:
+    """Run the gateway alone, routing to sidecars that already run."""
+    from gateway.app import run
+
+    addresses = []
+    for spec in sidecars:
+        framework, sep, address = spec.partition("=")
+        if not sep or not address:
+            raise click.BadParameter(f"expected FRAMEWORK=HOST:PORT, got {spec!r}", param_hint="--sidecar")
+        addresses.append(SidecarAddress(framework, address))
+    sys.exit(run(_gateway_settings(tuple(addresses), **flags)))
+
+
+@cli.command(add_help_option=False, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def sidecar(ctx: click.Context) -> None:
+    """Run one framework sidecar (see `turnout sidecar --help`)."""
+    # The sidecar is its own program; exec it so it owns its signals and its pid.
+    os.execv(sys.executable, [sys.executable, "-m", "sidecars", *ctx.args])
+
+
+def main() -> None:
+    cli()
