@@ -1,0 +1,204 @@
+"""The infer lane: a framed, multiplexed byte stream between gateway and sidecar.
+
+One gRPC call costs the gateway about ten times what a frame on a Unix socket does, so
+ModelInfer travels here; everything else stays on the sidecar's gRPC service. A frame
+is `u32 payload length | u64 call id | u8 kind | payload`. Requests carry a serialized
+ModelInferRequest, replies a serialized ModelInferResponse or an error (status name,
+NUL, message). Writes made in one turn of the event loop leave in one syscall, so
+concurrent calls share the hop's cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from collections.abc import Awaitable, Callable
+from enum import IntEnum
+
+from protos.status import Status, TurnoutError
+
+_HEADER = struct.Struct("<IQB")
+MAX_FRAME = 2**31 - 1
+
+
+class Kind(IntEnum):
+    INFER = 1
+    REPLY = 2
+    ERROR = 3
+
+
+def encode_error(error: TurnoutError) -> bytes:
+    return error.status.name.encode() + b"\0" + error.message.encode()
+
+
+def decode_error(payload: bytes) -> TurnoutError:
+    status, _, message = payload.partition(b"\0")
+    return TurnoutError(Status[status.decode()], message.decode(errors="replace"))
+
+
+class _Framer(asyncio.Protocol):
+    """Splits the byte stream into frames and batches outgoing writes per loop turn."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._pending: list[bytes] = []
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        offset = 0
+        size = len(buffer)
+        while size - offset >= _HEADER.size:
+            length, call_id, kind = _HEADER.unpack_from(buffer, offset)
+            end = offset + _HEADER.size + length
+            if end > size:
+                break
+            self.frame_received(call_id, kind, bytes(buffer[offset + _HEADER.size : end]))
+            offset = end
+        if offset:
+            del buffer[:offset]
+
+    def send(self, call_id: int, kind: int, payload: bytes) -> None:
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(_HEADER.pack(len(payload), call_id, kind))
+        self._pending.append(payload)
+
+    def _flush(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(self._pending)
+        self._pending = []
+
+    def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
+        raise NotImplementedError
+
+
+Handler = Callable[[bytes], Awaitable[bytes]]
+
+
+class _ServerConnection(_Framer):
+    def __init__(self, handler: Handler, tasks: set[asyncio.Task[None]]) -> None:
+        super().__init__()
+        self._handler = handler
+        self._tasks = tasks
+
+    def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
+        task = asyncio.get_running_loop().create_task(self._answer(call_id, payload))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, call_id: int, payload: bytes) -> None:
+        try:
+            reply = await self._handler(payload)
+        except TurnoutError as error:
+            self.send(call_id, Kind.ERROR, encode_error(error))
+        except Exception as error:  # the peer must always get an answer
+            self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, str(error))))
+        else:
+            self.send(call_id, Kind.REPLY, reply)
+
+
+class LaneServer:
+    """Serves the lane on a Unix socket path or a TCP host:port; `handler` answers one request."""
+
+    def __init__(self, handler: Handler) -> None:
+        self._handler = handler
+        self._server: asyncio.AbstractServer | None = None
+        self.tasks: set[asyncio.Task[None]] = set()  # in-flight answers, for draining
+
+    async def start_unix(self, path: str) -> str:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(lambda: _ServerConnection(self._handler, self.tasks), path)
+        return f"unix:{path}"
+
+    async def start_tcp(self, host: str, port: int) -> str:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _ServerConnection(self._handler, self.tasks), host, port)
+        bound = self._server.sockets[0].getsockname()
+        return f"{bound[0]}:{bound[1]}"
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def drain(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for in-flight answers."""
+        if self.tasks:
+            await asyncio.wait(set(self.tasks), timeout=timeout)
+
+
+class _ClientConnection(_Framer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: dict[int, asyncio.Future[bytes]] = {}
+        self.closed = False
+
+    def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
+        future = self.waiting.pop(call_id, None)
+        if future is None or future.done():
+            return  # the caller gave up on it
+        if kind == Kind.REPLY:
+            future.set_result(payload)
+        else:
+            future.set_exception(decode_error(payload))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        error = TurnoutError(Status.UNAVAILABLE, "connection to sidecar lost")
+        for future in self.waiting.values():
+            if not future.done():
+                future.set_exception(error)
+        self.waiting.clear()
+
+
+class LaneClient:
+    """A connection to one sidecar's lane (`unix:/path` or `host:port`), opened on first use."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._connection: _ClientConnection | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._ids = itertools.count(1)
+
+    async def _connect(self) -> _ClientConnection:
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._connection is not None and not self._connection.closed:
+                return self._connection
+            loop = asyncio.get_running_loop()
+            try:
+                if self.address.startswith("unix:"):
+                    _, protocol = await loop.create_unix_connection(_ClientConnection, self.address[5:])
+                else:
+                    host, _, port = self.address.rpartition(":")
+                    _, protocol = await loop.create_connection(_ClientConnection, host, int(port))
+            except OSError as error:
+                raise TurnoutError(Status.UNAVAILABLE, f"sidecar at {self.address} is unreachable") from error
+            self._connection = protocol
+            return protocol
+
+    async def call(self, payload: bytes) -> bytes:
+        """Send one request; return the reply payload or raise the sidecar's TurnoutError."""
+        connection = self._connection
+        if connection is None or connection.closed:
+            connection = await self._connect()
+        call_id = next(self._ids)
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        connection.waiting[call_id] = future
+        connection.send(call_id, Kind.INFER, payload)
+        try:
+            return await future
+        finally:
+            connection.waiting.pop(call_id, None)
+
+    def close(self) -> None:
+        if self._connection is not None and self._connection.transport is not None:
+            self._connection.transport.close()
+        self._connection = None
