@@ -1,0 +1,297 @@
+"""The HTTP/REST front end: Triton's routes on the raw request path, each turned into
+one `Gateway` call; TurnoutError becomes `{"error": msg}` with Triton's HTTP status.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway import http_json
+from gateway.http_infer import (
+    INFER_HEADER,
+    OutputRendering,
+    compress,
+    decompress,
+    header_length,
+    json_compact,
+    parse_infer_request,
+    parse_json,
+    raw_binary_request,
+    render_infer_response,
+    response_encoding,
+)
+from gateway.settings import GatewaySettings
+from protos.grpc_service_pb2 import (
+    CudaSharedMemoryStatusRequest,
+    CudaSharedMemoryUnregisterRequest,
+    LogSettingsRequest,
+    ModelConfigRequest,
+    ModelInferRequest,
+    ModelInferResponse,
+    ModelMetadataRequest,
+    ModelReadyRequest,
+    ModelStatisticsRequest,
+    RepositoryIndexRequest,
+    SystemSharedMemoryStatusRequest,
+    SystemSharedMemoryUnregisterRequest,
+    TraceSettingRequest,
+)
+from protos.status import TurnoutError, internal, invalid_arg, unsupported
+
+if TYPE_CHECKING:
+    from gateway.core import Gateway
+
+logger = logging.getLogger(__name__)
+
+_JSON = "application/json"
+_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+
+# Triton's route expressions (src/http_server.cc), matched in Triton's order against
+# the raw, undecoded path.
+_MODEL = re.compile(
+    r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
+)
+_SERVER = re.compile(r"/v2(?:/health/(live|ready))?")
+_SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
+_CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
+_REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+_TRACE = "/v2/trace/setting"
+
+
+class _MethodNotAllowed(Exception):
+    pass
+
+
+class _NotFound(Exception):
+    pass
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(json_compact(value), status_code=status, media_type=_JSON)
+
+
+def _error(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+    return Response(json_compact({"error": message}), status_code=status, media_type=_JSON, headers=headers)
+
+
+def _empty(status: int = 200) -> Response:
+    return Response(status_code=status)
+
+
+def _need(request: Request, *methods: str) -> None:
+    if request.method not in methods:
+        raise _MethodNotAllowed
+
+
+async def _document(request: Request) -> Any:
+    """The request's JSON body, or None when the body is empty."""
+    body = await request.body()
+    if not body.strip():
+        return None
+    return parse_json(body)
+
+
+class HttpFront:
+    """Triton's HTTP API over one Gateway; `app` is the ASGI endpoint for every path."""
+
+    def __init__(self, gateway: Gateway, settings: GatewaySettings) -> None:
+        self._gateway = gateway
+        self._settings = settings
+
+    async def handle(self, request: Request) -> Response:
+        raw_path = request.scope.get("raw_path")
+        path = raw_path.decode("utf-8", errors="replace") if raw_path else request.url.path
+        path = path.partition("?")[0]
+        try:
+            return await self._route(request, path)
+        except TurnoutError as exc:
+            headers = {"Accept-Encoding": "gzip, deflate"} if exc.message == "Unsupported compression type" else None
+            return _error(exc.message, exc.http_status, headers)
+        except _MethodNotAllowed:
+            return _error("Method Not Allowed", 405)
+        except _NotFound:
+            return _error("Not Found", 404)
+        except Exception as exc:  # the client still gets Triton's error shape
+            logger.exception("HTTP %s %s failed", request.method, path)
+            return _error(f"internal error: {exc}", 500)
+
+    async def _route(self, request: Request, path: str) -> Response:
+        if path == "/v2/models/stats":
+            _need(request, "GET")
+            return await self._statistics("", "")
+        if path == "/v2/logging":
+            return await self._logging(request)
+        if match := _MODEL.fullmatch(path):
+            name, version, kind = match.group(1), match.group(2) or "", match.group(3) or ""
+            return await self._model(request, name, version, kind)
+        if match := _SERVER.fullmatch(path):
+            return await self._server(request, match.group(1))
+        if match := _SYSTEM_SHM.fullmatch(path):
+            return await self._system_shm(request, match.group(1) or "", match.group(2))
+        if match := _CUDA_SHM.fullmatch(path):
+            return await self._cuda_shm(request, match.group(1) or "", match.group(2))
+        if match := _REPOSITORY.fullmatch(path):
+            return await self._repository(request, match.group(1), match.group(3), match.group(4))
+        if path == _TRACE:
+            return await self._trace(request, "")
+        raise _NotFound
+
+    # --- server ---
+
+    async def _server(self, request: Request, kind: str | None) -> Response:
+        _need(request, "GET")
+        if kind is None:
+            return _json(http_json.server_metadata(self._gateway.server_metadata()))
+        ok = await (self._gateway.server_live() if kind == "live" else self._gateway.server_ready())
+        return _empty(200 if ok else 400)
+
+    # --- models ---
+
+    async def _model(self, request: Request, name: str, version: str, kind: str) -> Response:
+        if kind == "infer":
+            _need(request, "POST")
+            return await self._infer(request, name, version)
+        if kind == "trace/setting":
+            return await self._trace(request, name)
+        if kind in ("generate", "generate_stream"):
+            raise _NotFound
+        _need(request, "GET")
+        if kind == "ready":
+            if await self._gateway.model_ready(ModelReadyRequest(name=name, version=version)):
+                return _empty()
+            return _error("Model version not ready", 400)
+        if kind == "config":
+            response = await self._gateway.model_config(ModelConfigRequest(name=name, version=version))
+            return _json(http_json.model_config(response.config))
+        if kind == "stats":
+            return await self._statistics(name, version)
+        metadata = await self._gateway.model_metadata(ModelMetadataRequest(name=name, version=version))
+        return _json(http_json.model_metadata(metadata))
+
+    async def _statistics(self, name: str, version: str) -> Response:
+        response = await self._gateway.model_statistics(ModelStatisticsRequest(name=name, version=version))
+        return _json(http_json.statistics(response))
+
+    async def _infer(self, request: Request, name: str, version: str) -> Response:
+        body = decompress(
+            await request.body(), request.headers.get("content-encoding"), self._settings.http_max_input_size
+        )
+        json_length = header_length(request.headers.get(INFER_HEADER), len(body))
+        infer_request: ModelInferRequest
+        rendering: OutputRendering
+        if json_length == 0:
+            infer_request, rendering = await self._raw_request(body, name, version)
+        else:
+            infer_request, rendering = parse_infer_request(body, json_length, name, version)
+
+        response = ModelInferResponse.FromString(await self._gateway.infer(infer_request))
+        content, binary_header = render_infer_response(response, rendering)
+        headers: dict[str, str] = {}
+        if binary_header is not None:
+            media_type = "application/octet-stream"
+            headers["Inference-Header-Content-Length"] = str(binary_header)
+        else:
+            media_type = _JSON
+        encoding = response_encoding(request.headers.get("accept-encoding"))
+        if encoding is not None:
+            content = compress(content, encoding)
+            headers["Content-Encoding"] = encoding
+        return Response(content, media_type=media_type, headers=headers)
+
+    async def _raw_request(self, body: bytes, name: str, version: str) -> tuple[ModelInferRequest, OutputRendering]:
+        # The raw binary form names no input: it feeds the model's only input.
+        metadata = await self._gateway.model_metadata(ModelMetadataRequest(name=name, version=version))
+        if len(metadata.inputs) != 1:
+            raise invalid_arg(
+                f"Raw request must only have 1 input (found 1) to be deduced but got {len(metadata.inputs)} "
+                f"inputs in '{name}' model configuration"
+            )
+        tensor = metadata.inputs[0]
+        return raw_binary_request(body, name, version, tensor.name, tensor.datatype, list(tensor.shape))
+
+    # --- repository ---
+
+    async def _repository(
+        self, request: Request, repository: str | None, model: str | None, action: str | None
+    ) -> Response:
+        _need(request, "POST")
+        if repository:
+            raise unsupported("'repository_name' specification is not supported")
+        document = await _document(request)
+        if model is None:
+            index = RepositoryIndexRequest()
+            if isinstance(document, dict) and "ready" in document:
+                ready = document["ready"]
+                if type(ready) is not bool:
+                    raise internal("Unable to parse 'ready': attempt to access JSON non-boolean as boolean")
+                index.ready = ready
+            response = await self._gateway.repository_index(index)
+            return _json(http_json.repository_index(response))
+        if action == "load":
+            await self._gateway.load_model(http_json.load_request(model, document))
+        else:
+            await self._gateway.unload_model(http_json.unload_request(model, document))
+        return _empty()
+
+    # --- shared memory ---
+
+    async def _system_shm(self, request: Request, region: str, action: str) -> Response:
+        if action == "status":
+            _need(request, "GET")
+            status = self._gateway.system_shm_status(SystemSharedMemoryStatusRequest(name=region))
+            return _json(http_json.system_shm_status(status))
+        _need(request, "POST")
+        if action == "register":
+            if not region:
+                raise invalid_arg("'region name' is necessary to register system shared memory region")
+            self._gateway.system_shm_register(http_json.system_shm_register(region, await _document(request)))
+        else:
+            self._gateway.system_shm_unregister(SystemSharedMemoryUnregisterRequest(name=region))
+        return _empty()
+
+    async def _cuda_shm(self, request: Request, region: str, action: str) -> Response:
+        if action == "status":
+            _need(request, "GET")
+            status = self._gateway.cuda_shm_status(CudaSharedMemoryStatusRequest(name=region))
+            return _json(http_json.cuda_shm_status(status))
+        _need(request, "POST")
+        if action == "register":
+            if not region:
+                raise invalid_arg("'region name' is necessary to register cuda shared memory region")
+            self._gateway.cuda_shm_register(http_json.cuda_shm_register(region, await _document(request)))
+        else:
+            self._gateway.cuda_shm_unregister(CudaSharedMemoryUnregisterRequest(name=region))
+        return _empty()
+
+    # --- trace and logging ---
+
+    async def _trace(self, request: Request, model: str) -> Response:
+        _need(request, "GET", "POST")
+        if request.method == "GET":
+            trace = TraceSettingRequest(model_name=model)
+        else:
+            trace = http_json.trace_request(model, await _document(request))
+        return _json(http_json.trace_settings(self._gateway.trace_setting(trace)))
+
+    async def _logging(self, request: Request) -> Response:
+        _need(request, "GET", "POST")
+        get = request.method == "GET"
+        log = LogSettingsRequest() if get else http_json.log_request(await _document(request))
+        return _json(http_json.log_settings(self._gateway.log_settings(log)))
+
+
+def build_http_app(gateway: Gateway, settings: GatewaySettings) -> Starlette:
+    """The Starlette app serving Triton's HTTP API. Routing is Triton's own, on the raw
+    path (model names are not URL-decoded), so one catch-all route hands every request
+    to the front end."""
+    front = HttpFront(gateway, settings)
+    endpoint: Callable[[Request], Awaitable[Response]] = front.handle
+    return Starlette(routes=[Route("/{path:path}", endpoint, methods=_METHODS)])

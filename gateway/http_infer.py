@@ -1,0 +1,543 @@
+"""HTTP inference translation: Triton's JSON/binary request body -> ModelInferRequest,
+and ModelInferResponse -> JSON/binary response body.
+
+This is the one conversion HTTP pays; nothing here imports starlette or decodes
+binary tensors (binary inputs travel as slices of the received body).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from protos import codec, datatypes
+from protos.grpc_service_pb2 import InferParameter, ModelInferRequest, ModelInferResponse
+from protos.status import TurnoutError, internal, invalid_arg, unsupported
+
+INFER_HEADER = "inference-header-content-length"
+
+_INT64_MAX = 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+
+# Python's json messages -> the rapidjson wording Triton reports (GetParseError_En).
+_PARSE_MESSAGES = (
+    ("Expecting property name enclosed in double quotes", "Missing a name for object member."),
+    ("Expecting ':' delimiter", "Missing a colon after a name of object member."),
+    ("Expecting ',' delimiter", "Missing a comma or '}' after an object member."),
+    ("Unterminated string", "Missing a closing quotation mark in string."),
+    ("Invalid \\escape", "Invalid escape character in string."),
+    ("Invalid \\uXXXX escape", "Incorrect hex digit after \\u escape in string."),
+    ("Invalid control character", "Invalid encoding in string."),
+    ("Extra data", "The document root must not be followed by other values."),
+)
+
+
+def json_compact(value: Any) -> bytes:
+    """The compact JSON bytes of a value, as every response writes them."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def parse_json(buffer: bytes | memoryview) -> Any:
+    """Parse a JSON document, failing with Triton's (rapidjson-worded) INTERNAL error."""
+    data = bytes(buffer) if isinstance(buffer, memoryview) else buffer
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise internal(f"failed to parse the request JSON buffer: {_rapidjson_message(exc)} at {exc.pos}") from exc
+    except UnicodeDecodeError as exc:
+        raise internal(f"failed to parse the request JSON buffer: Invalid encoding in string. at {exc.start}") from exc
+
+
+def _rapidjson_message(exc: json.JSONDecodeError) -> str:
+    if exc.msg == "Expecting value":
+        return "The document is empty." if not exc.doc.strip() else "Invalid value."
+    for python_text, rapidjson_text in _PARSE_MESSAGES:
+        if exc.msg.startswith(python_text):
+            if python_text == "Expecting ',' delimiter" and _inside_array(exc.doc, exc.pos):
+                return "Missing a comma or ']' after an array element."
+            return rapidjson_text
+    return "Invalid value."
+
+
+def _inside_array(doc: str | bytes, pos: int) -> bool:
+    text = doc if isinstance(doc, str) else doc.decode("utf-8", errors="replace")
+    depth_chars = [c for c in text[:pos] if c in "[]{}"]
+    stack: list[str] = []
+    for c in depth_chars:
+        if c in "[{":
+            stack.append(c)
+        elif stack:
+            stack.pop()
+    return bool(stack) and stack[-1] == "["
+
+
+# --- TritonJson-style accessors: each failure is INTERNAL "Unable to parse '<field>': ..." ---
+
+
+def _missing(name: str) -> TurnoutError:
+    return internal(f"Unable to parse '{name}': attempt to access non-existing object member '{name}'")
+
+
+def _member_array(obj: Mapping[str, Any], name: str) -> list[Any]:
+    if name not in obj:
+        raise _missing(name)
+    value = obj[name]
+    if not isinstance(value, list):
+        raise internal(f"Unable to parse '{name}': attempt to access JSON non-array as array")
+    return value
+
+
+def _member_string(obj: Mapping[str, Any], name: str) -> str:
+    if name not in obj:
+        raise _missing(name)
+    value = obj[name]
+    if not isinstance(value, str):
+        raise internal(f"Unable to parse '{name}': attempt to access JSON non-string as string")
+    return value
+
+
+def _as_uint(value: Any, name: str, prefix: str = "Unable to parse") -> int:
+    if type(value) is not int or value < 0 or value > _UINT64_MAX:
+        raise internal(f"{prefix} '{name}': attempt to access JSON non-unsigned-integer as unsigned-integer")
+    return value
+
+
+def _as_bool(value: Any, name: str, prefix: str = "Unable to parse") -> bool:
+    if type(value) is not bool:
+        raise internal(f"{prefix} '{name}': attempt to access JSON non-boolean as boolean")
+    return value
+
+
+def _as_object(value: Any, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise internal(f"Unable to parse '{name}': attempt to access JSON non-object as object")
+    return value
+
+
+# --- request ---
+
+
+@dataclass
+class OutputRendering:
+    """How the response renders each output: binary or JSON. Per-output `binary_data`
+    wins over the request's `binary_data_output`; the default is JSON."""
+
+    default_binary: bool = False
+    binary: dict[str, bool] = field(default_factory=dict)
+
+    def is_binary(self, name: str) -> bool:
+        return self.binary.get(name, self.default_binary)
+
+
+def header_length(value: str | None, content_length: int) -> int | None:
+    """The JSON length from `Inference-Header-Content-Length` (None when absent: all JSON)."""
+    if value is None:
+        return None
+    try:
+        parsed = int(value.strip())
+    except ValueError:
+        raise invalid_arg(f"Unable to parse Inference-Header-Content-Length, got: {value}") from None
+    if parsed < 0 or parsed > content_length:
+        raise invalid_arg(f"inference header size should be in range (0, {content_length}), got: {value}")
+    return parsed
+
+
+def decompress(body: bytes, encoding: str | None, max_size: int) -> bytes:
+    """The request body after Content-Encoding, limited to `max_size` decompressed bytes."""
+    if encoding is None or encoding in ("", "identity"):
+        data = body
+    elif encoding in ("gzip", "deflate"):
+        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+        try:
+            data = decoder.decompress(body, max_size + 1)
+        except zlib.error as exc:
+            raise internal(f"failed to decompress the request body ({encoding}): {exc}") from exc
+    else:
+        raise unsupported("Unsupported compression type")
+    if len(data) > max_size:
+        size = len(data) if encoding in (None, "", "identity") else f"at least {len(data)}"
+        raise invalid_arg(
+            f"request JSON size of {size} bytes exceeds the maximum allowed input size of {max_size} bytes. "
+            "Use --http-max-input-size to increase the limit."
+        )
+    return data
+
+
+def parse_infer_request(
+    body: bytes, json_length: int | None, model_name: str, model_version: str
+) -> tuple[ModelInferRequest, OutputRendering]:
+    """Build the ModelInferRequest of an HTTP infer body (not the raw-binary form).
+
+    `json_length` is the Inference-Header-Content-Length (None: the whole body is JSON).
+    Binary inputs become `raw_input_contents`, in `inputs` order; JSON `data` becomes
+    typed `contents`; shared-memory inputs keep their `shared_memory_*` parameters.
+    """
+    json_end = len(body) if json_length is None else json_length
+    document = parse_json(body if json_end == len(body) else memoryview(body)[:json_end])
+    if not isinstance(document, dict):
+        raise internal("Unable to parse 'inputs': attempt to access JSON non-object as object")
+
+    request = ModelInferRequest(model_name=model_name, model_version=model_version)
+    if "id" in document:
+        request_id = document["id"]
+        if not isinstance(request_id, str):
+            raise internal("Unable to parse 'id': attempt to access JSON non-string as string")
+        request.id = request_id
+    rendering = OutputRendering()
+    if "parameters" in document:
+        _parse_request_parameters(document["parameters"], request, rendering)
+
+    inputs = _member_array(document, "inputs")
+    offset = json_end
+    end = len(body)
+    for entry in inputs:
+        offset = _parse_input(entry, request, body, offset, json_length, model_name)
+    if offset != end:
+        raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
+
+    if "outputs" in document:
+        for entry in _member_array(document, "outputs"):
+            _parse_output(entry, request, rendering)
+    return request, rendering
+
+
+def _parse_request_parameters(value: Any, request: ModelInferRequest, rendering: OutputRendering) -> None:
+    if not isinstance(value, dict):
+        raise internal("failed to get request params.")
+    params = request.parameters
+    for key, item in value.items():
+        if key == "sequence_id":
+            if type(item) is int and 0 <= item <= _UINT64_MAX:
+                if item <= _INT64_MAX:
+                    params[key].int64_param = item
+                else:
+                    params[key].uint64_param = item
+            elif isinstance(item, str):
+                params[key].string_param = item
+            else:
+                raise internal("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
+        elif key in ("sequence_start", "sequence_end"):
+            params[key].bool_param = _as_bool(item, key)
+        elif key == "priority":
+            params[key].uint64_param = _as_uint(item, key)
+        elif key == "timeout":
+            timeout = _as_uint(item, key)
+            if timeout <= _INT64_MAX:
+                params[key].int64_param = timeout
+            else:
+                params[key].uint64_param = timeout
+        elif key == "binary_data_output":
+            rendering.default_binary = _as_bool(item, key)
+        elif key.startswith("triton_"):
+            raise invalid_arg(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
+            )
+        else:
+            _set_parameter(params[key], key, item)
+
+
+def _set_parameter(param: InferParameter, key: str, item: Any) -> None:
+    if isinstance(item, str):
+        param.string_param = item
+    elif isinstance(item, bool):
+        param.bool_param = item
+    elif isinstance(item, int) and -(2**63) <= item <= _INT64_MAX:
+        param.int64_param = item
+    elif isinstance(item, int | float):
+        param.double_param = float(item)
+    else:
+        raise invalid_arg(f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'.")
+
+
+def _content_kind(entry: Mapping[str, Any]) -> tuple[bool, bool, bool]:
+    has_data = "data" in entry
+    params = entry.get("parameters")
+    has_binary = isinstance(params, dict) and "binary_data_size" in params
+    has_shm = isinstance(params, dict) and "shared_memory_region" in params
+    count = has_data + has_binary + has_shm
+    if count != 1:
+        text = (
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+            "'shared_memory_region' in 'parameters'. But"
+        )
+        if count == 0:
+            text += " no field is set"
+        else:
+            text += " set"
+            text += " 'data'" if has_data else ""
+            text += " 'binary_data_size'" if has_binary else ""
+            text += " 'shared_memory_region'" if has_shm else ""
+        raise invalid_arg(text)
+    return has_data, has_binary, has_shm
+
+
+def _parse_input(
+    entry: Any,
+    request: ModelInferRequest,
+    body: bytes,
+    offset: int,
+    json_length: int | None,
+    model_name: str,
+) -> int:
+    """Add one input to `request`; returns the offset of the next binary input."""
+    entry = _as_object(entry, "inputs")
+    _, has_binary, has_shm = _content_kind(entry)
+    name = _member_string(entry, "name")
+    datatype = _member_string(entry, "datatype")
+    shape = _member_array(entry, "shape")
+    for dim in shape:
+        _as_uint(dim, "shape")
+
+    tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
+    if has_binary:
+        size = _as_uint(entry["parameters"]["binary_data_size"], "binary_data_size")
+        if size == 0:
+            request.raw_input_contents.append(b"")
+            return offset
+        if json_length is None or json_length == 0:
+            raise invalid_arg(
+                "must specify valid 'Infer-Header-Content-Length' in request header and 'binary_data_size' "
+                "when passing inputs in binary data format"
+            )
+        available = len(body) - offset
+        if available < size:
+            raise invalid_arg(
+                f"unexpected size for input '{name}', expecting {size - available} additional bytes "
+                f"for model '{model_name}'"
+            )
+        # protobuf bytes fields take bytes only, so this slice is the one copy of the tensor.
+        request.raw_input_contents.append(body[offset : offset + size])
+        return offset + size
+
+    if has_shm:
+        _copy_shm_parameters(entry["parameters"], tensor.parameters)
+        return offset
+
+    if math.prod(shape) == 0:
+        # An empty tensor carries no data; give it an (empty) raw entry so it has data.
+        request.raw_input_contents.append(b"")
+        return offset
+    _fill_contents(tensor, _member_array(entry, "data"), name, datatype, math.prod(shape))
+    return offset
+
+
+def _copy_shm_parameters(source: Mapping[str, Any], target: Any) -> None:
+    region = source["shared_memory_region"]
+    if not isinstance(region, str):
+        raise internal("Unable to parse 'shared_memory_region': attempt to access JSON non-string as string")
+    target["shared_memory_region"].string_param = region
+    if "shared_memory_byte_size" in source:
+        size = _as_uint(source["shared_memory_byte_size"], "shared_memory_byte_size")
+        target["shared_memory_byte_size"].int64_param = size
+    if "shared_memory_offset" in source:
+        offset = _as_uint(source["shared_memory_offset"], "shared_memory_offset")
+        target["shared_memory_offset"].int64_param = offset
+
+
+def _flatten(data: list[Any]) -> list[Any]:
+    if not data or type(data[0]) is not list:
+        if any(type(v) is list for v in data):
+            return _flatten_nested(data)
+        return data
+    return _flatten_nested(data)
+
+
+def _flatten_nested(data: list[Any]) -> list[Any]:
+    flat: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if type(item) is list:
+                stack.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat
+
+
+_SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+
+
+def _fill_contents(tensor: Any, data: list[Any], name: str, datatype: str, count: int) -> None:
+    dtype = datatypes.from_name(datatype)
+    if datatype in ("FP16", "BF16"):
+        raise invalid_arg(
+            f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input {name}"
+        )
+    if dtype is None or dtype.contents_field is None:
+        raise invalid_arg(f"invalid datatype for input {name}")
+    flat = _flatten(data)
+    if dtype.name == "BYTES":
+        try:
+            tensor.contents.bytes_contents.extend([v.encode() for v in flat])
+        except AttributeError:
+            raise internal("Unable to parse 'data': attempt to access JSON non-string as string") from None
+        return
+    if len(flat) != count:
+        raise internal(_SHAPE_MISMATCH)
+    _check_elements(flat, dtype.name)
+    try:
+        getattr(tensor.contents, dtype.contents_field).extend(flat)
+    except (TypeError, ValueError) as exc:
+        raise internal(f"Unable to parse 'data': {exc}") from exc
+
+
+def _check_elements(flat: list[Any], kind: str) -> None:
+    if kind == "BOOL":
+        if not all(type(v) is bool for v in flat):
+            raise internal("Unable to parse 'data': attempt to access JSON non-boolean as boolean")
+    elif kind.startswith("UINT"):
+        if not all(type(v) is int and v >= 0 for v in flat):
+            raise internal("Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer")
+    elif kind.startswith("INT"):
+        if not all(type(v) is int for v in flat):
+            raise internal("Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer")
+    elif not all(type(v) is float or type(v) is int for v in flat):
+        raise internal("Unable to parse 'data': attempt to access JSON non-number as double")
+
+
+def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRendering) -> None:
+    entry = _as_object(entry, "outputs")
+    params = entry.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        params = None
+    if params and "shared_memory_region" in params:
+        if "classification" in params:
+            raise invalid_arg("Output can't set both 'shared_memory_region' and 'classification'")
+        if "binary_data" in params and _as_bool(params["binary_data"], "binary_data", "Unable to set"):
+            raise invalid_arg("Output can't set both 'shared_memory_region' and 'binary_data'")
+    name = _member_string(entry, "name")
+    output = request.outputs.add(name=name)
+    if not params:
+        return
+    if "classification" in params:
+        classes = _as_uint(params["classification"], "classification", "Unable to set")
+        output.parameters["classification"].int64_param = classes
+    if "shared_memory_region" in params:
+        _copy_shm_parameters(params, output.parameters)
+    elif "binary_data" in params:
+        rendering.binary[name] = _as_bool(params["binary_data"], "binary_data")
+
+
+def raw_binary_request(
+    body: bytes, model_name: str, model_version: str, input_name: str, datatype: str, dims: Sequence[int]
+) -> tuple[ModelInferRequest, OutputRendering]:
+    """The request for a raw binary body (Inference-Header-Content-Length: 0): the whole
+    body is the data of the model's only input, and every output comes back binary."""
+    request = ModelInferRequest(model_name=model_name, model_version=model_version)
+    shape = list(dims)
+    if any(d < 0 for d in shape):
+        dtype = datatypes.from_name(datatype)
+        if dtype is not None and dtype.size > 0:
+            count = len(body) // dtype.size
+        else:
+            try:
+                count = len(codec.deserialize_bytes(body))
+            except codec.CodecError:
+                count = 0
+        known = math.prod(d for d in shape if d >= 0)
+        first = True
+        for i, d in enumerate(shape):
+            if d < 0:
+                shape[i] = count // known if first and known else 1
+                first = False
+    request.inputs.add(name=input_name, datatype=datatype, shape=shape)
+    request.raw_input_contents.append(body)
+    return request, OutputRendering(default_binary=True)
+
+
+# --- response ---
+
+
+def _parameter_value(param: InferParameter) -> Any:
+    which = param.WhichOneof("parameter_choice")
+    return getattr(param, which) if which else None
+
+
+def render_infer_response(response: ModelInferResponse, rendering: OutputRendering) -> tuple[bytes, int | None]:
+    """The HTTP body of an infer response and its Inference-Header-Content-Length
+    (None when no binary byte follows the JSON)."""
+    outputs: list[dict[str, Any]] = []
+    binary_parts: list[bytes] = []
+    raw = response.raw_output_contents
+    raw_count = len(raw)
+    for index, output in enumerate(response.outputs):
+        entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": list(output.shape)}
+        outputs.append(entry)
+        if "shared_memory_region" in output.parameters:
+            continue
+        data = raw[index] if index < raw_count else _contents_bytes(output)
+        if rendering.is_binary(output.name):
+            entry["parameters"] = {"binary_data_size": len(data)}
+            if data:
+                binary_parts.append(data)
+        else:
+            entry["data"] = _json_data(data, output.datatype, list(output.shape), output.name)
+
+    document: dict[str, Any] = {}
+    if response.id:
+        document["id"] = response.id
+    document["model_name"] = response.model_name
+    document["model_version"] = response.model_version
+    if response.parameters:
+        document["parameters"] = {k: _parameter_value(v) for k, v in response.parameters.items()}
+    document["outputs"] = outputs
+    header = json_compact(document)
+    if not binary_parts:
+        return header, None
+    return b"".join([header, *binary_parts]), len(header)
+
+
+def _contents_bytes(output: Any) -> bytes:
+    # Responses carry raw_output_contents; typed bytes_contents is tolerated as a fallback.
+    if output.datatype == "BYTES" and output.contents.bytes_contents:
+        return codec.serialize_bytes(output.contents.bytes_contents)
+    return b""
+
+
+def _json_data(data: bytes, datatype: str, shape: list[int], name: str) -> list[Any]:
+    if datatype in ("FP16", "BF16"):
+        raise invalid_arg(
+            f"sending {datatype} data via JSON is not supported. Please use the binary data format for output"
+        )
+    dtype = datatypes.from_name(datatype)
+    if dtype is None:
+        raise invalid_arg("Invalid data type for output tensor")
+    try:
+        return codec.to_json_data(data, dtype, shape)
+    except (codec.CodecError, ValueError) as exc:
+        raise internal(f"output tensor shape does not match size of output for '{name}'") from exc
+
+
+def response_encoding(accept_encoding: str | None) -> str | None:
+    """The Content-Encoding to answer with ("gzip", "deflate") per Accept-Encoding q-values."""
+    if not accept_encoding:
+        return None
+    chosen = "identity"
+    weight = 0.0
+    for part in accept_encoding.split(","):
+        coding, _, params = part.strip().partition(";")
+        coding = coding.strip()
+        q = 1.0
+        params = params.strip()
+        if params:
+            if not params.startswith("q="):
+                continue
+            try:
+                q = float(params[2:])
+            except ValueError:
+                continue
+        if coding in ("identity", "gzip", "deflate") and q > weight:
+            chosen, weight = coding, q
+    return None if chosen == "identity" else chosen
+
+
+def compress(body: bytes, encoding: str) -> bytes:
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    compressor = zlib.compressobj(wbits=wbits)
+    return compressor.compress(body) + compressor.flush()

@@ -1,0 +1,278 @@
+"""Protobuf messages <-> the JSON shapes Triton's HTTP API uses for everything but
+inference: model config, metadata, statistics, repository index, shared-memory
+status, trace and log settings.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+
+from protos.grpc_service_pb2 import (
+    CudaSharedMemoryRegisterRequest,
+    CudaSharedMemoryStatusResponse,
+    LogSettingsRequest,
+    LogSettingsResponse,
+    ModelMetadataResponse,
+    ModelStatisticsResponse,
+    RepositoryIndexResponse,
+    RepositoryModelLoadRequest,
+    RepositoryModelUnloadRequest,
+    ServerMetadataResponse,
+    SystemSharedMemoryRegisterRequest,
+    SystemSharedMemoryStatusResponse,
+    TraceSettingRequest,
+    TraceSettingResponse,
+)
+from protos.model_config_pb2 import ModelConfig
+from protos.status import internal, invalid_arg
+
+_INT64_TYPES = frozenset(
+    {
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
+    }
+)
+
+# int64 config fields Triton leaves as JSON strings (it rewrites only the others).
+_CONFIG_STRING_INT64 = frozenset(
+    {
+        ("inference.ModelInstanceGroup.SecondaryDevice", "device_id"),
+        ("inference.ModelOptimizationPolicy.Cuda.GraphSpec.Shape", "dim"),
+    }
+)
+
+
+def _numbers(descriptor: Descriptor, value: dict[str, Any], keep: frozenset[tuple[str, str]]) -> None:
+    """Rewrite, in place, the 64-bit integers MessageToDict printed as strings."""
+    for fd in descriptor.fields:
+        if fd.name not in value:
+            continue
+        item = value[fd.name]
+        if fd.type == FieldDescriptor.TYPE_MESSAGE:
+            sub = fd.message_type
+            if sub.GetOptions().map_entry:
+                value_fd = sub.fields_by_name["value"]
+                if value_fd.type == FieldDescriptor.TYPE_MESSAGE:
+                    for v in item.values():
+                        _numbers(value_fd.message_type, v, keep)
+                elif value_fd.type in _INT64_TYPES:
+                    value[fd.name] = {k: int(v) for k, v in item.items()}
+            elif isinstance(item, list):
+                for v in item:
+                    _numbers(sub, v, keep)
+            else:
+                _numbers(sub, item, keep)
+        elif fd.type in _INT64_TYPES and (descriptor.full_name, fd.name) not in keep:
+            value[fd.name] = [int(v) for v in item] if isinstance(item, list) else int(item)
+
+
+def _to_dict(message: Message, keep: frozenset[tuple[str, str]] = frozenset()) -> dict[str, Any]:
+    value: dict[str, Any] = MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    _numbers(message.DESCRIPTOR, value, keep)
+    return value
+
+
+def model_config(config: ModelConfig) -> dict[str, Any]:
+    """ModelConfig as Triton prints it: proto names, enum names, defaults shown, int64 as numbers."""
+    return _to_dict(config, _CONFIG_STRING_INT64)
+
+
+def server_metadata(response: ServerMetadataResponse) -> dict[str, Any]:
+    return {"name": response.name, "version": response.version, "extensions": list(response.extensions)}
+
+
+def model_metadata(response: ModelMetadataResponse) -> dict[str, Any]:
+    return {
+        "name": response.name,
+        "versions": list(response.versions),
+        "platform": response.platform,
+        "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in response.inputs],
+        "outputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in response.outputs],
+    }
+
+
+def statistics(response: ModelStatisticsResponse) -> dict[str, Any]:
+    return _to_dict(response)
+
+
+def repository_index(response: RepositoryIndexResponse) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    for model in response.models:
+        entry: dict[str, Any] = {"name": model.name}
+        if model.version:
+            entry["version"] = model.version
+        if model.state:
+            entry["state"] = model.state
+            entry["reason"] = model.reason
+        entries.append(entry)
+    return entries
+
+
+def system_shm_status(response: SystemSharedMemoryStatusResponse) -> list[dict[str, Any]]:
+    return [
+        {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size} for r in response.regions.values()
+    ]
+
+
+def cuda_shm_status(response: CudaSharedMemoryStatusResponse) -> list[dict[str, Any]]:
+    return [{"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size} for r in response.regions.values()]
+
+
+def _object(document: Any) -> dict[str, Any]:
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise internal("failed to parse the request JSON buffer: Invalid value. at 0")
+    return document
+
+
+def _member(document: dict[str, Any], name: str, kind: str) -> Any:
+    if name not in document:
+        raise internal(f"attempt to access non-existing object member '{name}'")
+    value = document[name]
+    if kind == "string" and not isinstance(value, str):
+        raise internal("attempt to access JSON non-string as string")
+    if kind == "uint" and (type(value) is not int or value < 0):
+        raise internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
+    if kind == "int" and type(value) is not int:
+        raise internal("attempt to access JSON non-signed-integer as signed-integer")
+    return value
+
+
+def system_shm_register(name: str, document: Any) -> SystemSharedMemoryRegisterRequest:
+    body = _object(document)
+    return SystemSharedMemoryRegisterRequest(
+        name=name,
+        key=_member(body, "key", "string"),
+        offset=_member(body, "offset", "uint") if "offset" in body else 0,
+        byte_size=_member(body, "byte_size", "uint"),
+    )
+
+
+def cuda_shm_register(name: str, document: Any) -> CudaSharedMemoryRegisterRequest:
+    body = _object(document)
+    handle = body.get("raw_handle")
+    if not isinstance(handle, dict):
+        raise invalid_arg("Shared memory register request has no 'raw_handle' field")
+    b64 = _member(handle, "b64", "string")
+    byte_size = _member(body, "byte_size", "uint")
+    device_id = _member(body, "device_id", "uint")
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_arg("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t") from None
+    return CudaSharedMemoryRegisterRequest(name=name, raw_handle=raw, device_id=device_id, byte_size=byte_size)
+
+
+def load_request(model_name: str, document: Any) -> RepositoryModelLoadRequest:
+    """Load parameters: "config" stays a string, "file:<path>" is base64-decoded to
+    bytes_param; anything else passes on as a string so the core can reject it."""
+    request = RepositoryModelLoadRequest(model_name=model_name)
+    params = _object(document).get("parameters")
+    if params is None:
+        return request
+    if not isinstance(params, dict):
+        raise internal("attempt to access JSON non-object as object")
+    for key, value in params.items():
+        if key.startswith("file:"):
+            if not isinstance(value, str):
+                raise invalid_arg(f"file parameter '{key}' must be a base64 string")
+            try:
+                request.parameters[key].bytes_param = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise invalid_arg(f"Failed to decode base64 content of file '{key}'") from None
+        elif isinstance(value, str):
+            request.parameters[key].string_param = value
+        elif isinstance(value, bool):
+            request.parameters[key].bool_param = value
+        elif isinstance(value, int):
+            request.parameters[key].int64_param = value
+        else:
+            request.parameters[key].string_param = str(value)
+    return request
+
+
+def unload_request(model_name: str, document: Any) -> RepositoryModelUnloadRequest:
+    request = RepositoryModelUnloadRequest(model_name=model_name)
+    params = _object(document).get("parameters")
+    if params is None:
+        return request
+    if not isinstance(params, dict):
+        raise internal("attempt to access JSON non-object as object")
+    for key, value in params.items():
+        if key == "unload_dependents":
+            if type(value) is not bool:
+                raise internal("Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean")
+            request.parameters[key].bool_param = value
+        elif isinstance(value, str):
+            request.parameters[key].string_param = value
+        elif isinstance(value, bool):
+            request.parameters[key].bool_param = value
+        elif isinstance(value, int):
+            request.parameters[key].int64_param = value
+        else:
+            request.parameters[key].string_param = str(value)
+    return request
+
+
+def trace_request(model_name: str, document: Any) -> TraceSettingRequest:
+    """Trace settings update: a string or list of strings per key; null clears the key."""
+    request = TraceSettingRequest(model_name=model_name)
+    for key, value in _object(document).items():
+        setting = request.settings[key]
+        if value is None:
+            continue
+        if isinstance(value, list):
+            if not all(isinstance(v, str) for v in value):
+                raise invalid_arg(f"expect an array of strings for trace setting '{key}'")
+            setting.value.extend(value)
+        elif isinstance(value, str):
+            setting.value.append(value)
+        else:
+            raise invalid_arg(f"expect a string or an array of strings for trace setting '{key}'")
+    return request
+
+
+def trace_settings(response: TraceSettingResponse) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, setting in response.settings.items():
+        values = list(setting.value)
+        if key == "trace_level" or len(values) > 1:
+            result[key] = values
+        else:
+            result[key] = values[0] if values else ""
+    return result
+
+
+def log_request(document: Any) -> LogSettingsRequest:
+    request = LogSettingsRequest()
+    for key, value in _object(document).items():
+        setting = request.settings[key]
+        if isinstance(value, bool):
+            setting.bool_param = value
+        elif isinstance(value, int) and 0 <= value < 2**32:
+            setting.uint32_param = value
+        elif isinstance(value, str):
+            setting.string_param = value
+        else:
+            raise invalid_arg(f"Expect a bool, unsigned integer or string value for log setting '{key}'")
+    return request
+
+
+def log_settings(response: LogSettingsResponse) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, setting in response.settings.items():
+        which = setting.WhichOneof("parameter_choice")
+        result[key] = getattr(setting, which) if which else None
+    return result
