@@ -31,6 +31,19 @@ def generate(out_dir: Path) -> None:
         ]
         if protoc.main(args) != 0:
             raise SystemExit(f"protoc failed on {proto}")
+    for module in sorted((out_dir / "protos").glob("*_pb2.py")):
+        _use_own_pool(module)
+
+
+def _use_own_pool(module: Path) -> None:
+    """Register the module's descriptors in protos.pool.POOL instead of the default pool."""
+    text = module.read_text()
+    text = text.replace("_descriptor_pool.Default().AddSerializedFile(", "_own_pool.POOL.AddSerializedFile(")
+    text = text.replace(
+        "from google.protobuf.internal import builder as _builder\n",
+        "from google.protobuf.internal import builder as _builder\nfrom protos import pool as _own_pool\n",
+    )
+    module.write_text(text)
 
 
 if __name__ == "__main__":
