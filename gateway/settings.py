@@ -11,6 +11,7 @@ class SidecarAddress:
 
     framework: str
     address: str
+    lane: str = ""  # the sidecar's infer lane (protos.lane: "unix:/path" or host:port); "" = ModelInfer over gRPC
 
 
 @dataclass(frozen=True)

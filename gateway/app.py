@@ -1,0 +1,168 @@
+"""The gateway process: its composition root, and its lifecycle from start to drain.
+
+`run(settings)` builds settings -> metrics -> registry -> upstream clients -> Gateway
+-> front ends, serves until SIGTERM/SIGINT, then shuts down in order. This module is
+the only owner of signals in the gateway process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING
+
+import grpc
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from gateway.core import Gateway
+from gateway.grpc_front import build_grpc_server
+from gateway.metrics import GatewayMetrics, MetricsServer
+from gateway.observability import LogSettings
+from gateway.registry import StaticRegistry
+from gateway.settings import GatewaySettings
+from gateway.shm import SharedMemory
+from gateway.upstream import SidecarClient
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+logger = logging.getLogger(__name__)
+
+READY_PREFIX = "TURNOUT_READY"
+
+
+class _HttpServer(uvicorn.Server):
+    """uvicorn, minus its signal handlers: `serve` below owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)
+
+
+def _build_http_app(gateway: Gateway, settings: GatewaySettings) -> ASGIApp:
+    # Imported here: the HTTP front is a separate module, and this one must import without it.
+    from gateway.http_front import build_http_app
+
+    app: ASGIApp = build_http_app(gateway, settings)
+    return app
+
+
+def run(settings: GatewaySettings) -> int:
+    """Serve until SIGTERM/SIGINT; return the process exit status."""
+    try:
+        return asyncio.run(serve(settings))
+    except OSError as exc:  # a port that cannot be bound, most often
+        print(f"turnout gateway: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+async def serve(
+    settings: GatewaySettings,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[dict[str, str]], None] | None = None,
+) -> int:
+    """Run the gateway in the current event loop until `stop` is set or a signal arrives.
+
+    `on_ready` receives the bound addresses ({"grpc": "host:port", ...}) once all serve.
+    """
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(ValueError, RuntimeError):  # only the main thread may own signals
+            loop.add_signal_handler(signum, stop.set)
+
+    logs = LogSettings(
+        log_info=settings.log_info,
+        log_warning=settings.log_warning,
+        log_error=settings.log_error,
+        log_verbose_level=settings.log_verbose,
+        log_format=settings.log_format,
+    )
+    logs.apply()
+    metrics_registry = CollectorRegistry()
+    metrics = GatewayMetrics(metrics_registry)
+    clients = [SidecarClient(s.framework, s.address, s.lane) for s in settings.sidecars]
+    models = StaticRegistry(clients)
+    shared_memory = SharedMemory(settings.allow_client_shm)
+    gateway = Gateway(settings, models, shared_memory, metrics, logs=logs)
+
+    grpc_server: grpc.aio.Server | None = None
+    http_server: _HttpServer | None = None
+    metrics_server: MetricsServer | None = None
+    try:
+        await models.refresh()
+        addresses: dict[str, str] = {}
+
+        if settings.allow_http:
+            http_socket = _bind(settings.host, settings.http_port)
+            http_port = http_socket.getsockname()[1]
+            config = uvicorn.Config(
+                _build_http_app(gateway, settings),
+                lifespan="off",
+                log_config=None,
+                access_log=False,
+                timeout_graceful_shutdown=max(1, round(settings.exit_timeout_secs)),
+            )
+            http_server = _HttpServer(config)
+            addresses["http"] = _host_port(settings.host, http_port)
+
+        if settings.allow_grpc:
+            grpc_server = build_grpc_server(gateway)
+            grpc_port = grpc_server.add_insecure_port(_host_port(settings.host, settings.grpc_port))
+            await grpc_server.start()
+            addresses["grpc"] = _host_port(settings.host, grpc_port)
+
+        if settings.allow_metrics:
+            metrics_server = MetricsServer(metrics_registry, settings.host, settings.metrics_port)
+            addresses["metrics"] = _host_port(settings.host, metrics_server.port)
+
+        async with asyncio.TaskGroup() as tasks:
+            if http_server is not None:
+                http_task = tasks.create_task(http_server.serve(sockets=[http_socket]))
+                while not http_server.started and not http_task.done():
+                    await asyncio.sleep(0.01)
+            print(" ".join([READY_PREFIX, *(f"{k}={v}" for k, v in addresses.items())]), flush=True)
+            if on_ready is not None:
+                on_ready(addresses)
+
+            await stop.wait()
+            await _shutdown(gateway, settings, grpc_server, http_server)
+    finally:
+        # Close upstreams last: in-flight requests needed them until the drain ended.
+        if metrics_server is not None:
+            metrics_server.close()
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        shared_memory.close()
+    return 0
+
+
+async def _shutdown(
+    gateway: Gateway,
+    settings: GatewaySettings,
+    grpc_server: grpc.aio.Server | None,
+    http_server: _HttpServer | None,
+) -> None:
+    # 1. Report not ready; new inference requests are refused from here on.
+    gateway.start_draining()
+    logger.info("draining for up to %.1f s", settings.exit_timeout_secs)
+    # 2. Stop accepting and 3. drain in-flight work, both front ends at once, each
+    #    within exit_timeout_secs (grpc's grace; uvicorn's timeout_graceful_shutdown).
+    if http_server is not None:
+        http_server.should_exit = True  # its serve task, held by the TaskGroup, then returns
+    if grpc_server is not None:
+        await grpc_server.stop(settings.exit_timeout_secs)

@@ -1,0 +1,374 @@
+"""The gateway's decisions: which sidecar answers a request, and what the gateway
+answers itself (server metadata, shared memory, trace and log settings).
+
+Front ends translate their protocol into the v2 protobuf messages, call one method
+here and map TurnoutError once. Nothing here knows HTTP or gRPC servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from gateway.metrics import GatewayMetrics
+from gateway.observability import LogSettings, LogValue, TraceSettings
+from gateway.registry import ModelRegistry
+from gateway.settings import GatewaySettings
+from gateway.shm import SharedMemory
+from gateway.upstream import SidecarClient
+from protos import grpc_service_pb2 as pb
+from protos.status import Status, TurnoutError, invalid_arg, not_found, unavailable, unsupported
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SERVER_NAME = "triton"
+SERVER_VERSION = "2.73.0"  # the Triton protocol level we match
+# Only what works end to end: no sequence, cuda_shared_memory or generate.
+EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "system_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "trace",
+    "logging",
+)
+
+SERVER_EXITING = "Server exiting"
+LOAD_NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
+REPOSITORY_NAME_UNSUPPORTED = "'repository_name' specification is not supported"
+
+SHM_REGION = "shared_memory_region"
+SHM_BYTE_SIZE = "shared_memory_byte_size"
+SHM_OFFSET = "shared_memory_offset"
+_SHM_KEYS = (SHM_REGION, SHM_BYTE_SIZE, SHM_OFFSET)
+
+
+def unknown_model(name: str) -> TurnoutError:
+    return not_found(f"Request for unknown model: '{name}' is not found")
+
+
+def uses_shared_memory(request: pb.ModelInferRequest) -> bool:
+    """Whether any input or requested output names a shared-memory region."""
+    for tensor in request.inputs:
+        if SHM_REGION in tensor.parameters:
+            return True
+    return any(SHM_REGION in tensor.parameters for tensor in request.outputs)
+
+
+class Gateway:
+    """The internal call both front ends make; see docs/architecture.md."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        registry: ModelRegistry,
+        shared_memory: SharedMemory,
+        metrics: GatewayMetrics,
+        traces: TraceSettings | None = None,
+        logs: LogSettings | None = None,
+    ) -> None:
+        self._settings = settings
+        self._registry = registry
+        self._shm = shared_memory
+        self._metrics = metrics
+        self._traces = traces or TraceSettings()
+        self._logs = logs or LogSettings(
+            log_info=settings.log_info,
+            log_warning=settings.log_warning,
+            log_error=settings.log_error,
+            log_verbose_level=settings.log_verbose,
+            log_format=settings.log_format,
+        )
+        self._draining = False
+        self._metadata = pb.ServerMetadataResponse(name=SERVER_NAME, version=SERVER_VERSION, extensions=EXTENSIONS)
+
+    # --- lifecycle --------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def start_draining(self) -> None:
+        """From now on: not ready, and new inference and repository requests are refused."""
+        self._draining = True
+
+    # --- health and metadata ----------------------------------------------------
+
+    async def server_live(self) -> bool:
+        return True
+
+    async def server_ready(self) -> bool:
+        if self._draining:
+            return False
+        answers = await asyncio.gather(*(c.server_ready() for c in self._registry.sidecars))
+        return all(answers)
+
+    async def model_ready(self, request: pb.ModelReadyRequest) -> bool:
+        client = await self._registry.find(request.name)
+        if client is None:
+            return False
+        try:
+            response = await client.call("ModelReady", request, pb.ModelReadyResponse)
+        except TurnoutError as exc:
+            if exc.status is Status.NOT_FOUND:
+                return False
+            raise
+        return bool(response.ready)
+
+    def server_metadata(self) -> pb.ServerMetadataResponse:
+        return self._metadata
+
+    async def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+        client = await self._owner(request.name)
+        return await client.call("ModelMetadata", request, pb.ModelMetadataResponse)
+
+    async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+        client = await self._owner(request.name)
+        return await client.call("ModelConfig", request, pb.ModelConfigResponse)
+
+    # --- inference ----------------------------------------------------------------
+
+    async def infer(self, request: pb.ModelInferRequest, encoded: bytes | None = None) -> bytes:
+        if self._draining:
+            raise unavailable(SERVER_EXITING)
+        model = request.model_name
+        client = self._registry.owner(model) or await self._owner(model)
+        # Only the gRPC front passes the request as received, so `encoded` tells the protocol.
+        protocol = "grpc" if encoded is not None else "http"
+        try:
+            if encoded is not None and not uses_shared_memory(request):
+                response = await client.infer(encoded)
+            else:
+                response = await self._infer_resolved(client, request)
+        except TurnoutError:
+            self._metrics.count_request(model, protocol, False)
+            raise
+        self._metrics.count_request(model, protocol, True)
+        return response
+
+    async def _infer_resolved(self, client: SidecarClient, request: pb.ModelInferRequest) -> bytes:
+        """Infer with shared-memory tensors resolved: input regions become raw contents,
+        output regions receive the raw outputs, which leave the response empty."""
+        if not uses_shared_memory(request):
+            return await client.infer(request.SerializeToString())
+        self._shm.check_enabled()
+        forward = pb.ModelInferRequest()
+        forward.CopyFrom(request)
+        del forward.raw_input_contents[:]
+        received = request.raw_input_contents
+        next_raw = 0
+        # Raw contents belong, in order, to the inputs that have neither contents nor
+        # shared memory; a region's bytes take the slot of the input they fill.
+        for tensor in forward.inputs:
+            params = tensor.parameters
+            if SHM_REGION in params:
+                if tensor.HasField("contents"):
+                    raise invalid_arg(
+                        f"unexpected 'content' provided when using shared memory for input tensor "
+                        f"'{tensor.name}' for model '{request.model_name}'"
+                    )
+                region, offset, byte_size = _shm_parameters(tensor.name, params)
+                forward.raw_input_contents.append(self._shm.read(region, offset, byte_size))
+                _strip_shm(params)
+            elif tensor.HasField("contents"):
+                continue
+            elif next_raw < len(received):
+                forward.raw_input_contents.append(received[next_raw])
+                next_raw += 1
+        # Surplus raw contents stay, so the sidecar words the error.
+        forward.raw_input_contents.extend(received[next_raw:])
+
+        targets: dict[str, tuple[str, int, int]] = {}
+        for output in forward.outputs:
+            params = output.parameters
+            if SHM_REGION in params:
+                region, offset, byte_size = _shm_parameters(output.name, params)
+                self._shm.check_output(region, offset, byte_size)
+                targets[output.name] = (region, offset, byte_size)
+                _strip_shm(params)
+
+        encoded = await client.infer(forward.SerializeToString())
+        if not targets:
+            return encoded
+        response = pb.ModelInferResponse.FromString(encoded)
+        raw = response.raw_output_contents
+        for index, output in enumerate(response.outputs):
+            target = targets.get(output.name)
+            if target is None or index >= len(raw):
+                continue
+            region, offset, byte_size = target
+            self._shm.write(output.name, region, offset, byte_size, raw[index])
+            raw[index] = b""
+        serialized: bytes = response.SerializeToString()
+        return serialized
+
+    # --- statistics and repository --------------------------------------------------
+
+    async def model_statistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
+        if request.name:
+            client = await self._registry.find(request.name)
+            if client is None:
+                if not request.version:
+                    raise invalid_arg(f"requested model '{request.name}' is not available")
+                raise unknown_model(request.name)
+            return await client.call("ModelStatistics", request, pb.ModelStatisticsResponse)
+        merged = pb.ModelStatisticsResponse()
+        for answer in await self._all(lambda c: c.call("ModelStatistics", request, pb.ModelStatisticsResponse)):
+            merged.model_stats.extend(answer.model_stats)
+        return merged
+
+    async def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
+        models: list[pb.RepositoryIndexResponse.ModelIndex] = []
+        for answer in await self._all(lambda c: c.call("RepositoryIndex", request, pb.RepositoryIndexResponse)):
+            models.extend(answer.models)
+        models.sort(key=lambda m: m.name)  # stable: each model's versions keep their order
+        return pb.RepositoryIndexResponse(models=models)
+
+    async def load_model(self, request: pb.RepositoryModelLoadRequest) -> None:
+        self._check_repository_request(request.repository_name)
+        client = await self._registry.find(request.model_name)
+        if client is None:
+            parameters: dict[str, str | bytes] = {}
+            for key, value in request.parameters.items():
+                choice = value.WhichOneof("parameter_choice")
+                if choice in ("string_param", "bytes_param"):
+                    parameters[key] = getattr(value, choice)
+            client = self._registry.placement(request.model_name, parameters)
+        if client is None:
+            raise unavailable(f"failed to load '{request.model_name}', no sidecar is configured")
+        try:
+            await client.call("RepositoryModelLoad", request, pb.RepositoryModelLoadResponse)
+        finally:
+            await self._registry.refresh()
+
+    async def unload_model(self, request: pb.RepositoryModelUnloadRequest) -> None:
+        self._check_repository_request(request.repository_name)
+        client = await self._registry.find(request.model_name)
+        if client is None and self._registry.sidecars:
+            client = self._registry.sidecars[0]  # answers Triton's own failure text
+        if client is None:
+            raise unknown_model(request.model_name)
+        try:
+            await client.call("RepositoryModelUnload", request, pb.RepositoryModelUnloadResponse)
+        finally:
+            await self._registry.refresh()
+
+    def _check_repository_request(self, repository_name: str) -> None:
+        if self._draining:
+            raise unavailable(SERVER_EXITING)
+        if repository_name:
+            raise unsupported(REPOSITORY_NAME_UNSUPPORTED)
+        if self._settings.model_control_mode != "explicit":
+            raise unavailable(LOAD_NOT_ALLOWED)
+
+    # --- shared memory -----------------------------------------------------------------
+
+    def system_shm_status(self, request: pb.SystemSharedMemoryStatusRequest) -> pb.SystemSharedMemoryStatusResponse:
+        return self._shm.status(request.name)
+
+    def system_shm_register(self, request: pb.SystemSharedMemoryRegisterRequest) -> None:
+        self._shm.register(request.name, request.key, request.offset, request.byte_size)
+
+    def system_shm_unregister(self, request: pb.SystemSharedMemoryUnregisterRequest) -> None:
+        self._shm.unregister(request.name)
+
+    def cuda_shm_status(self, request: pb.CudaSharedMemoryStatusRequest) -> pb.CudaSharedMemoryStatusResponse:
+        return self._shm.cuda_status(request.name)
+
+    def cuda_shm_register(self, request: pb.CudaSharedMemoryRegisterRequest) -> None:
+        self._shm.cuda_register(request.name)
+
+    def cuda_shm_unregister(self, request: pb.CudaSharedMemoryUnregisterRequest) -> None:
+        self._shm.cuda_unregister(request.name)
+
+    # --- trace and log settings ------------------------------------------------------------
+
+    def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+        if request.settings:
+            updates = {key: list(value.value) for key, value in request.settings.items()}
+            current = self._traces.update(request.model_name, updates)
+        else:
+            current = self._traces.get(request.model_name)
+        response = pb.TraceSettingResponse()
+        for key, values in current.items():
+            response.settings[key].value.extend(values)
+        return response
+
+    def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+        if request.settings:
+            updates: dict[str, LogValue] = {}
+            for key, value in request.settings.items():
+                choice = value.WhichOneof("parameter_choice")
+                if choice is None:
+                    raise invalid_arg(f"no value given for logging setting '{key}'")
+                updates[key] = getattr(value, choice)
+            current = self._logs.update(updates)
+        else:
+            current = self._logs.as_dict()
+        response = pb.LogSettingsResponse()
+        for key, setting in current.items():
+            entry = response.settings[key]
+            if isinstance(setting, bool):
+                entry.bool_param = setting
+            elif isinstance(setting, int):
+                entry.uint32_param = setting
+            else:
+                entry.string_param = setting
+        return response
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    async def _owner(self, model: str) -> SidecarClient:
+        client = await self._registry.find(model)
+        if client is None:
+            raise unknown_model(model)
+        return client
+
+    async def _all(self, call: Callable[[SidecarClient], Awaitable[T]]) -> list[T]:
+        """Ask every sidecar; one that cannot be reached is left out, other errors raise."""
+        results = await asyncio.gather(*(call(c) for c in self._registry.sidecars), return_exceptions=True)
+        answers: list[T] = []
+        for client, result in zip(self._registry.sidecars, results, strict=True):
+            if isinstance(result, TurnoutError) and result.status is Status.UNAVAILABLE:
+                logger.warning("sidecar %s left out: %s", client.address, result.message)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                answers.append(result)
+        return answers
+
+
+def _parameter_int(params: Any, key: str) -> int | None:
+    if key not in params:
+        return None
+    value = params[key]
+    choice = value.WhichOneof("parameter_choice")
+    if choice in ("int64_param", "uint64_param"):
+        return int(getattr(value, choice))
+    raise invalid_arg(f"invalid value type for '{key}' parameter, expected int64_param or uint64_param.")
+
+
+def _shm_parameters(tensor: str, params: Any) -> tuple[str, int, int]:
+    region_param = params[SHM_REGION]
+    if region_param.WhichOneof("parameter_choice") != "string_param":
+        raise invalid_arg(f"invalid value type for '{SHM_REGION}' parameter, expected string_param.")
+    byte_size = _parameter_int(params, SHM_BYTE_SIZE)
+    if byte_size is None:
+        raise invalid_arg(f"'{SHM_BYTE_SIZE}' must be specified with '{SHM_REGION}' for tensor '{tensor}'")
+    offset = _parameter_int(params, SHM_OFFSET) or 0
+    return str(region_param.string_param), offset, byte_size
+
+
+def _strip_shm(params: Any) -> None:
+    for key in _SHM_KEYS:
+        if key in params:
+            del params[key]

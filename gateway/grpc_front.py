@@ -1,0 +1,304 @@
+"""The gRPC front end: inference.GRPCInferenceService and grpc.health.v1.Health.
+
+Handlers are built from protos.rpc.METHODS. ModelInfer and ModelStreamInfer take
+the request bytes as received and return the sidecar's bytes, so inference crosses
+the gateway without re-encoding; every other method uses protobuf. Every RPC goes
+through `guarded`, the one place where errors become gRPC statuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gateway.core import Gateway
+from protos import grpc_service_pb2 as pb
+from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE
+from protos.status import GRPC_STATUS, TurnoutError
+
+logger = logging.getLogger(__name__)
+
+SHUTTING_DOWN = "GRPC server is shutting down and has stopped accepting new requests."
+# Health answers keep flowing while the server drains, so clients can see it go.
+_ANSWERED_WHILE_DRAINING = frozenset({"ServerLive", "ServerReady"})
+
+Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+StreamHandler = Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]
+
+
+def _final_response_suffix() -> bytes:
+    # Appending a serialized map entry to a serialized message adds that entry, so
+    # `triton_final_response` joins the sidecar's response bytes without re-encoding.
+    marker = pb.ModelInferResponse()
+    marker.parameters["triton_final_response"].bool_param = True
+    suffix: bytes = marker.SerializeToString()
+    return suffix
+
+
+_FINAL_RESPONSE = _final_response_suffix()
+_INFER_RESPONSE_TAG = b"\x12"  # ModelStreamInferResponse.infer_response: field 2, length-delimited
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def stream_response(infer_response: bytes) -> bytes:
+    """A serialized ModelStreamInferResponse holding a serialized ModelInferResponse."""
+    body = infer_response + _FINAL_RESPONSE
+    return _INFER_RESPONSE_TAG + _varint(len(body)) + body
+
+
+def stream_error(message: str, request_id: str) -> bytes:
+    response = pb.ModelStreamInferResponse(error_message=message)
+    response.infer_response.id = request_id
+    response.infer_response.parameters["triton_final_response"].bool_param = True
+    serialized: bytes = response.SerializeToString()
+    return serialized
+
+
+def guarded(name: str, gateway: Gateway, handler: Handler) -> Handler:
+    """The one error wrapper: TurnoutError -> its gRPC status and text, anything else -> INTERNAL."""
+    refuse_while_draining = name not in _ANSWERED_WHILE_DRAINING
+
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if refuse_while_draining and gateway.draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+        try:
+            return await handler(request, context)
+        except TurnoutError as exc:
+            await context.abort(GRPC_STATUS[exc.status], exc.message)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            logger.exception("%s failed", name)
+            await context.abort(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
+
+    call.turnout_guarded = True  # type: ignore[attr-defined]
+    call.__qualname__ = f"guarded.{name}"
+    return call
+
+
+def guarded_stream(name: str, gateway: Gateway, handler: StreamHandler) -> StreamHandler:
+    """`guarded` for the bidi stream: per-request errors are in-band; this catches the rest."""
+
+    async def call(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        if gateway.draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+        try:
+            async for response in handler(requests, context):
+                yield response
+        except TurnoutError as exc:
+            await context.abort(GRPC_STATUS[exc.status], exc.message)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as exc:
+            logger.exception("%s failed", name)
+            await context.abort(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
+
+    call.turnout_guarded = True  # type: ignore[attr-defined]
+    call.__qualname__ = f"guarded.{name}"
+    return call
+
+
+class InferenceService:
+    """The v2 methods, each a translation to one Gateway call."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=await self._gateway.server_live())
+
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=await self._gateway.server_ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=await self._gateway.model_ready(request))
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        return self._gateway.server_metadata()
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        return await self._gateway.model_metadata(request)
+
+    async def ModelInfer(self, request: bytes, context: Any) -> bytes:
+        return await self._gateway.infer(pb.ModelInferRequest.FromString(request), request)
+
+    async def ModelStreamInfer(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        # Each request runs concurrently; its response (or in-band error) is queued as
+        # it completes. The stream ends once the client is done and all have answered.
+        responses: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        async def one(encoded: bytes) -> None:
+            request_id = ""
+            try:
+                request = pb.ModelInferRequest.FromString(encoded)
+                request_id = request.id
+                responses.put_nowait(stream_response(await self._gateway.infer(request, encoded)))
+            except TurnoutError as exc:
+                responses.put_nowait(stream_error(exc.message, request_id))
+            except Exception as exc:
+                logger.exception("stream request failed")
+                responses.put_nowait(stream_error(str(exc) or type(exc).__name__, request_id))
+
+        async def read_all(group: asyncio.TaskGroup) -> None:
+            async for encoded in requests:
+                group.create_task(one(encoded))
+
+        async def run() -> None:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    await read_all(group)
+            finally:
+                responses.put_nowait(None)
+
+        # The reader is held here rather than in a TaskGroup: a generator must not
+        # yield from inside one. It is awaited (errors surface) or cancelled on exit.
+        reader = asyncio.ensure_future(run())
+        try:
+            while (response := await responses.get()) is not None:
+                yield response
+            await reader
+        finally:
+            reader.cancel()
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        return await self._gateway.model_config(request)
+
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        return await self._gateway.model_statistics(request)
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        return await self._gateway.repository_index(request)
+
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        await self._gateway.load_model(request)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        await self._gateway.unload_model(request)
+        return pb.RepositoryModelUnloadResponse()
+
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Any
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        return self._gateway.system_shm_status(request)
+
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self._gateway.system_shm_register(request)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self._gateway.system_shm_unregister(request)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Any
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        return self._gateway.cuda_shm_status(request)
+
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        self._gateway.cuda_shm_register(request)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        self._gateway.cuda_shm_unregister(request)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
+        return self._gateway.trace_setting(request)
+
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
+        return self._gateway.log_settings(request)
+
+
+# Methods whose payload crosses as bytes, unparsed by grpcio.
+RAW_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
+
+
+def method_handlers(gateway: Gateway) -> dict[str, grpc.RpcMethodHandler]:
+    """One guarded handler per method of protos.rpc.METHODS, keyed by method name."""
+    service = InferenceService(gateway)
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for method in METHODS:
+        function = getattr(service, method.name)
+        raw = method.name in RAW_METHODS
+        deserializer = None if raw else getattr(pb, method.request).FromString
+        serializer = None if raw else getattr(pb, method.response).SerializeToString
+        if method.streaming:
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                guarded_stream(method.name, gateway, function),
+                request_deserializer=deserializer,
+                response_serializer=serializer,
+            )
+        else:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                guarded(method.name, gateway, function),
+                request_deserializer=deserializer,
+                response_serializer=serializer,
+            )
+    return handlers
+
+
+class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
+    """grpc.health.v1: SERVING exactly when the gateway is ready."""
+
+    SERVICES = frozenset({"", SERVICE})
+
+    def __init__(self, gateway: Gateway, watch_interval: float = 1.0) -> None:
+        self._gateway = gateway
+        self._watch_interval = watch_interval
+
+    async def _status(self) -> int:
+        ready = await self._gateway.server_ready()
+        status: int = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        return status
+
+    async def Check(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if request.service not in self.SERVICES:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service '{request.service}'")
+        return health_pb2.HealthCheckResponse(status=await self._status())
+
+    async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        if request.service not in self.SERVICES:
+            yield health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
+            return
+        last = None
+        while True:
+            status = await self._status()
+            if status != last:
+                yield health_pb2.HealthCheckResponse(status=status)
+                last = status
+            await asyncio.sleep(self._watch_interval)
+
+
+def build_grpc_server(gateway: Gateway) -> grpc.aio.Server:
+    """A grpc.aio server with both services added; the caller binds ports and starts it."""
+    # so_reuseport off: a second gateway on the same fixed port must fail, not share it.
+    server = grpc.aio.server(options=[*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 0)])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, method_handlers(gateway)),))
+    health_pb2_grpc.add_HealthServicer_to_server(HealthService(gateway), server)
+    return server

@@ -1,0 +1,144 @@
+"""Which sidecar owns which model.
+
+The static registry learns ownership from each sidecar's RepositoryIndex: at start,
+after every load/unload, and, at most once per `min_refresh_interval`, when a request
+names a model it does not know. A Consul-backed registry can replace it behind
+the `ModelRegistry` protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from gateway.upstream import SidecarClient
+from protos import layout
+from protos.status import TurnoutError
+
+logger = logging.getLogger(__name__)
+
+
+class ModelRegistry(Protocol):
+    """Maps model names to the sidecar that serves them."""
+
+    @property
+    def sidecars(self) -> Sequence[SidecarClient]:
+        """Every known sidecar, in configuration order."""
+        ...
+
+    def owner(self, model: str) -> SidecarClient | None:
+        """The sidecar that owns `model` as last learned; never does I/O."""
+        ...
+
+    async def find(self, model: str) -> SidecarClient | None:
+        """Like `owner`, but on a miss refreshes (rate limited) and looks again."""
+        ...
+
+    async def refresh(self) -> None:
+        """Relearn ownership from the sidecars now."""
+        ...
+
+    def placement(self, model: str, parameters: Mapping[str, str | bytes]) -> SidecarClient | None:
+        """Where a load goes: the owner, else the sidecar of the framework that the
+        config override or uploaded file names, else the first sidecar."""
+        ...
+
+
+class StaticRegistry:
+    """A fixed set of sidecars; ownership refreshed from their repository indexes."""
+
+    def __init__(
+        self,
+        sidecars: Sequence[SidecarClient],
+        *,
+        min_refresh_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._sidecars = tuple(sidecars)
+        self._owners: dict[str, SidecarClient] = {}
+        self._min_interval = min_refresh_interval
+        self._clock = clock
+        self._last_refresh: float | None = None
+        self._refreshing: asyncio.Task[None] | None = None
+
+    @property
+    def sidecars(self) -> Sequence[SidecarClient]:
+        return self._sidecars
+
+    def owner(self, model: str) -> SidecarClient | None:
+        return self._owners.get(model)
+
+    async def find(self, model: str) -> SidecarClient | None:
+        client = self._owners.get(model)
+        if client is not None:
+            return client
+        recent = self._last_refresh is not None and self._clock() - self._last_refresh < self._min_interval
+        if recent and self._refreshing is None:
+            return None
+        await self.refresh()
+        return self._owners.get(model)
+
+    async def refresh(self) -> None:
+        # Concurrent misses share one refresh instead of each asking every sidecar.
+        if self._refreshing is None:
+            self._refreshing = asyncio.ensure_future(self._refresh())
+        task = self._refreshing
+        try:
+            await asyncio.shield(task)
+        finally:
+            if task.done() and self._refreshing is task:
+                self._refreshing = None
+
+    async def _refresh(self) -> None:
+        results = await asyncio.gather(*(c.repository_index() for c in self._sidecars), return_exceptions=True)
+        owners: dict[str, SidecarClient] = {}
+        # A sidecar that does not answer keeps the models it owned before.
+        for client, result in zip(self._sidecars, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, TurnoutError):
+                    raise result
+                logger.warning("sidecar %s did not list its models: %s", client.address, result.message)
+                for name, previous in self._owners.items():
+                    if previous is client:
+                        owners.setdefault(name, client)
+                continue
+            for model in result.models:
+                # The first sidecar (configuration order) wins a name both list.
+                owners.setdefault(model.name, client)
+        self._owners = owners
+        self._last_refresh = self._clock()
+
+    def placement(self, model: str, parameters: Mapping[str, str | bytes]) -> SidecarClient | None:
+        client = self._owners.get(model)
+        if client is not None:
+            return client
+        framework = _framework_of_load(parameters)
+        if framework is not None:
+            for candidate in self._sidecars:
+                if candidate.framework == framework:
+                    return candidate
+        return self._sidecars[0] if self._sidecars else None
+
+
+def _framework_of_load(parameters: Mapping[str, str | bytes]) -> str | None:
+    """The framework a load request names: the config override's platform/backend,
+    then the suffix of an uploaded file ("file:1/model.onnx")."""
+    config = parameters.get("config")
+    if isinstance(config, str):
+        try:
+            parsed = json.loads(config)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            for key in ("platform", "backend"):
+                value = parsed.get(key)
+                if isinstance(value, str) and (framework := layout.framework_of_name(value)):
+                    return framework
+    for key in parameters:
+        if key.startswith("file:") and (framework := layout.framework_of_file(key[len("file:") :])):
+            return framework
+    return None

@@ -1,0 +1,71 @@
+"""Helpers for the gateway's own tests: stand-in sidecar processes and an in-process gateway.
+
+These test processes import protos.*_pb2, so they must never import tritonclient.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import grpc
+
+from gateway.app import serve
+from gateway.settings import GatewaySettings, SidecarAddress
+from protos.rpc import MESSAGE_SIZE_OPTIONS
+
+STUB = Path(__file__).with_name("stub_sidecar.py")
+
+
+@contextlib.contextmanager
+def stub_sidecar(
+    framework: str, *models: str, unloaded: tuple[str, ...] = (), lane: bool = False
+) -> Iterator[SidecarAddress]:
+    command = [sys.executable, str(STUB), f"--framework={framework}"]
+    command += [f"--model={m}" for m in models] + [f"--unloaded={m}" for m in unloaded]
+    command += ["--lane"] if lane else []
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("TURNOUT_SIDECAR_READY"), line
+        fields = dict(part.split("=", 1) for part in line.split()[1:])
+        yield SidecarAddress(framework, fields["grpc"], fields.get("lane", ""))
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+class RunningGateway:
+    def __init__(self, addresses: dict[str, str], channel: grpc.aio.Channel) -> None:
+        self.addresses = addresses
+        self.channel = channel
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(settings: GatewaySettings) -> AsyncIterator[RunningGateway]:
+    stop = asyncio.Event()
+    ready: asyncio.Future[dict[str, str]] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve(settings, stop, ready.set_result))
+    addresses = await asyncio.wait_for(asyncio.shield(ready), 30)
+    channel = grpc.aio.insecure_channel(addresses["grpc"], options=MESSAGE_SIZE_OPTIONS)
+    try:
+        yield RunningGateway(addresses, channel)
+    finally:
+        await channel.close()
+        stop.set()
+        assert await asyncio.wait_for(task, 30) == 0
+
+
+def gateway_settings(sidecars: tuple[SidecarAddress, ...], **changes: object) -> GatewaySettings:
+    base = GatewaySettings(
+        host="127.0.0.1", http_port=0, grpc_port=0, metrics_port=0, allow_http=False, exit_timeout_secs=2.0
+    )
+    return replace(base, sidecars=sidecars, **changes)  # type: ignore[arg-type]

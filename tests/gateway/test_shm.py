@@ -1,0 +1,113 @@
+"""Client system shared memory: Triton's texts, and shm tensors through a real gateway.
+
+This process imports protos.*_pb2, so it must never import tritonclient.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gateway_harness import gateway_settings, running_gateway
+
+from gateway.shm import DISABLED, SHM_ROOT, SharedMemory
+from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc as pbg
+from protos.status import Status, TurnoutError
+
+
+@pytest.fixture
+def shm_file() -> Iterator[tuple[str, Path]]:
+    key = f"/turnout_test_{uuid.uuid4().hex}"
+    path = SHM_ROOT / key[1:]
+    path.write_bytes(bytes(256))
+    yield key, path
+    path.unlink(missing_ok=True)
+
+
+def raises(status: Status, message: str):
+    class Check:
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, kind, error, tb) -> bool:
+            assert isinstance(error, TurnoutError), error
+            assert (error.status, error.message) == (status, message)
+            return True
+
+    return Check()
+
+
+def test_disabled_refuses_with_triton_text(shm_file) -> None:
+    memory = SharedMemory(enabled=False)
+    with raises(Status.UNSUPPORTED, DISABLED):
+        memory.register("r", shm_file[0], 0, 64)
+    with raises(Status.UNSUPPORTED, DISABLED):
+        memory.unregister("")
+    assert len(memory.status("").regions) == 0
+
+
+def test_register_status_unregister(shm_file) -> None:
+    key, _ = shm_file
+    memory = SharedMemory(enabled=True)
+    memory.register("r", key, 64, 128)
+    status = memory.status("r").regions["r"]
+    assert (status.name, status.key, status.offset, status.byte_size) == ("r", key, 64, 128)
+    with raises(Status.ALREADY_EXISTS, "shared memory region 'r' already in manager"):
+        memory.register("r", key, 0, 64)
+    with raises(Status.INTERNAL, "Unable to open shared memory region: '/turnout_no_such_key'"):
+        memory.register("s", "/turnout_no_such_key", 0, 64)
+    with raises(Status.INVALID_ARG, "failed to register shared memory region 's': invalid args"):
+        memory.register("s", key, 200, 100)
+    with raises(Status.NOT_FOUND, "Unable to find system shared memory region: 'x'"):
+        memory.status("x")
+    with raises(Status.INVALID_ARG, "Invalid offset + byte size for shared memory region: 'r'"):
+        memory.read("r", 64, 100)
+    memory.unregister("")
+    assert len(memory.status("").regions) == 0
+
+
+def test_cuda_shared_memory_is_not_available() -> None:
+    memory = SharedMemory(enabled=True)
+    assert len(memory.cuda_status("").regions) == 0
+    memory.cuda_unregister("")
+    with raises(Status.UNSUPPORTED, "failed to register CUDA shared memory region: 'c', GPUs not supported"):
+        memory.cuda_register("c")
+
+
+async def test_infer_reads_and_writes_regions(sidecars, shm_file) -> None:
+    key, path = shm_file
+    a = np.arange(16, dtype="<i4")
+    b = np.full(16, 3, dtype="<i4")
+    with path.open("r+b") as f:
+        f.write(a.tobytes() + b.tobytes())
+    async with running_gateway(gateway_settings(sidecars, allow_client_shm=True)) as gw:
+        stub = pbg.GRPCInferenceServiceStub(gw.channel)
+        await stub.SystemSharedMemoryRegister(
+            pb.SystemSharedMemoryRegisterRequest(name="in", key=key, offset=0, byte_size=128)
+        )
+        await stub.SystemSharedMemoryRegister(
+            pb.SystemSharedMemoryRegisterRequest(name="out", key=key, offset=128, byte_size=128)
+        )
+        request = pb.ModelInferRequest(model_name="simple")
+        for index, name in enumerate(("INPUT0", "INPUT1")):
+            tensor = request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+            tensor.parameters["shared_memory_region"].string_param = "in"
+            tensor.parameters["shared_memory_byte_size"].int64_param = 64
+            if index:
+                tensor.parameters["shared_memory_offset"].int64_param = 64
+        for index, name in enumerate(("OUTPUT0", "OUTPUT1")):
+            output = request.outputs.add(name=name)
+            output.parameters["shared_memory_region"].string_param = "out"
+            output.parameters["shared_memory_byte_size"].int64_param = 64
+            if index:
+                output.parameters["shared_memory_offset"].int64_param = 64
+        response = await stub.ModelInfer(request)
+        assert list(response.raw_output_contents) == [b"", b""]
+        written = np.frombuffer(path.read_bytes()[128:256], dtype="<i4")
+        assert written[:16].tolist() == (a + b).tolist()
+        assert written[16:].tolist() == (a - b).tolist()
+        await stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest())
