@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferRequest, ModelInferResponse
 from protos.status import TurnoutError, internal, invalid_arg, unsupported
@@ -128,6 +130,7 @@ class OutputRendering:
 
     default_binary: bool = False
     binary: dict[str, bool] = field(default_factory=dict)
+    shared_memory: set[str] = field(default_factory=set)  # outputs written to a region, not the body
 
     def is_binary(self, name: str) -> bool:
         return self.binary.get(name, self.default_binary)
@@ -321,7 +324,7 @@ def _parse_input(
         # An empty tensor carries no data; give it an (empty) raw entry so it has data.
         request.raw_input_contents.append(b"")
         return offset
-    _fill_contents(tensor, _member_array(entry, "data"), name, datatype, math.prod(shape))
+    request.raw_input_contents.append(_json_to_raw(_member_array(entry, "data"), name, datatype, math.prod(shape)))
     return offset
 
 
@@ -363,27 +366,27 @@ def _flatten_nested(data: list[Any]) -> list[Any]:
 _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
 
 
-def _fill_contents(tensor: Any, data: list[Any], name: str, datatype: str, count: int) -> None:
+def _json_to_raw(data: list[Any], name: str, datatype: str, count: int) -> bytes:
+    """JSON `data` as raw tensor bytes. Every HTTP input travels raw, because the v2
+    service refuses a request that mixes typed contents with raw contents."""
     dtype = datatypes.from_name(datatype)
     if datatype in ("FP16", "BF16"):
         raise invalid_arg(
             f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input {name}"
         )
-    if dtype is None or dtype.contents_field is None:
+    if dtype is None or dtype.numpy is None:
         raise invalid_arg(f"invalid datatype for input {name}")
     flat = _flatten(data)
     if dtype.name == "BYTES":
-        try:
-            tensor.contents.bytes_contents.extend([v.encode() for v in flat])
-        except AttributeError:
-            raise internal("Unable to parse 'data': attempt to access JSON non-string as string") from None
-        return
+        if not all(type(v) is str for v in flat):
+            raise internal("Unable to parse 'data': attempt to access JSON non-string as string")
+        return codec.serialize_bytes(flat)
     if len(flat) != count:
         raise internal(_SHAPE_MISMATCH)
     _check_elements(flat, dtype.name)
     try:
-        getattr(tensor.contents, dtype.contents_field).extend(flat)
-    except (TypeError, ValueError) as exc:
+        return np.asarray(flat, dtype=dtype.numpy).tobytes()
+    except (TypeError, ValueError, OverflowError) as exc:
         raise internal(f"Unable to parse 'data': {exc}") from exc
 
 
@@ -420,6 +423,7 @@ def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRende
         output.parameters["classification"].int64_param = classes
     if "shared_memory_region" in params:
         _copy_shm_parameters(params, output.parameters)
+        rendering.shared_memory.add(name)
     elif "binary_data" in params:
         rendering.binary[name] = _as_bool(params["binary_data"], "binary_data")
 
@@ -469,7 +473,7 @@ def render_infer_response(response: ModelInferResponse, rendering: OutputRenderi
     for index, output in enumerate(response.outputs):
         entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": list(output.shape)}
         outputs.append(entry)
-        if "shared_memory_region" in output.parameters:
+        if output.name in rendering.shared_memory:
             continue
         data = raw[index] if index < raw_count else _contents_bytes(output)
         if rendering.is_binary(output.name):

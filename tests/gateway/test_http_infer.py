@@ -81,7 +81,7 @@ def test_binary_inputs_become_raw_contents_in_order():
     assert rendering.is_binary("OUTPUT0") and not rendering.is_binary("OUTPUT1")
 
 
-def test_json_data_becomes_typed_contents():
+def test_json_data_becomes_raw_contents_in_input_order():
     document = {
         "inputs": [
             {"name": "A", "datatype": "INT32", "shape": [2, 2], "data": [[1, 2], [3, 4]]},
@@ -94,15 +94,28 @@ def test_json_data_becomes_typed_contents():
     }
     body, length = body_of(document)
     request, rendering = parse_infer_request(body, length, "m", "")
-    contents = [i.contents for i in request.inputs]
-    assert list(contents[0].int_contents) == [1, 2, 3, 4]
-    assert list(contents[1].fp32_contents) == [1.5, 2.0]
-    assert list(contents[2].bool_contents) == [True, False]
-    assert list(contents[3].bytes_contents) == [b"ab", "é".encode()]
-    assert list(contents[4].uint64_contents) == [2**64 - 1]
-    assert list(contents[5].int64_contents) == [-5]
-    assert len(request.raw_input_contents) == 0
+    raw = list(request.raw_input_contents)
+    assert not any(i.HasField("contents") for i in request.inputs)
+    assert raw[0] == np.array([1, 2, 3, 4], dtype=np.int32).tobytes()
+    assert raw[1] == np.array([1.5, 2.0], dtype=np.float32).tobytes()
+    assert raw[2] == b"\x01\x00"
+    assert raw[3] == struct.pack("<I", 2) + b"ab" + struct.pack("<I", 2) + "é".encode()
+    assert raw[4] == np.array([2**64 - 1], dtype=np.uint64).tobytes()
+    assert raw[5] == np.array([-5], dtype=np.int64).tobytes()
     assert not rendering.default_binary
+
+
+def test_json_and_binary_inputs_mix_in_one_request():
+    a = np.arange(16, dtype=np.int32)
+    document = {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "parameters": {"binary_data_size": 64}},
+            {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
+        ]
+    }
+    header = json.dumps(document).encode()
+    request, _ = parse_infer_request(header + a.tobytes(), len(header), "simple", "")
+    assert list(request.raw_input_contents) == [a.tobytes(), a.tobytes()]
 
 
 def test_request_parameters():
@@ -344,10 +357,10 @@ def test_render_mixed_and_zero_bytes_binary_is_json_typed():
 
 def test_render_shm_output_has_no_data():
     response = ModelInferResponse(model_name="m", model_version="1")
-    out = response.outputs.add(name="O", datatype="INT32", shape=[1])
-    out.parameters["shared_memory_region"].string_param = "r"
-    response.raw_output_contents.append(b"")
-    body, length = render_infer_response(response, OutputRendering(default_binary=True))
+    response.outputs.add(name="O", datatype="INT32", shape=[1])
+    response.raw_output_contents.append(b"")  # the gateway wrote the output into the region
+    rendering = OutputRendering(default_binary=True, shared_memory={"O"})
+    body, length = render_infer_response(response, rendering)
     assert length is None
     assert json.loads(body)["outputs"] == [{"name": "O", "datatype": "INT32", "shape": [1]}]
     assert "id" not in json.loads(body)
