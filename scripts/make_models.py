@@ -186,7 +186,7 @@ def write_mlp(
     nodes, weights = [], []
     previous = "INPUT0"
     for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
-        w = rng.standard_normal((fan_in, fan_out), dtype=np.float32) / np.sqrt(fan_in)
+        w = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
         b = np.zeros(fan_out, dtype=np.float32)
         weights += [numpy_helper.from_array(w, f"w{layer}"), numpy_helper.from_array(b, f"b{layer}")]
         last = layer == len(sizes) - 2

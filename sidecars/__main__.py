@@ -1,0 +1,83 @@
+"""The sidecar command line: `python -m sidecars --framework onnxruntime --model-repository DIR`.
+
+Every option may also come from a TURNOUT_SIDECAR_<OPTION> environment variable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from sidecars.process import run
+from sidecars.runtime import RUNTIMES
+from sidecars.settings import ControlMode, SidecarSettings
+
+
+def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected <setting>=<value>, got '{value}'", param_hint="--backend-config")
+        pairs.append((key, setting))
+    return tuple(pairs)
+
+
+@click.command(context_settings={"auto_envvar_prefix": "TURNOUT_SIDECAR", "show_default": True})
+@click.option("--framework", required=True, type=click.Choice(sorted(RUNTIMES)))
+@click.option("--model-repository", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--host", default="127.0.0.1")
+@click.option("--port", default=0, type=click.IntRange(0, 65535), help="0 binds a free port")
+@click.option("--model-control-mode", default="none", type=click.Choice([m.value for m in ControlMode]))
+@click.option("--repository-poll-secs", default=15.0, type=click.FloatRange(min=0.1))
+@click.option("--load-model", "load_models", multiple=True, help="explicit mode: load at start ('*' = all)")
+@click.option("--exit-on-error/--no-exit-on-error", default=True)
+@click.option("--strict-readiness/--no-strict-readiness", default=True)
+@click.option("--disable-auto-complete-config", is_flag=True, default=False)
+@click.option("--backend-config", multiple=True, help="<setting>=<value>, e.g. default-max-batch-size=4")
+@click.option("--exit-timeout-secs", default=30.0, type=click.FloatRange(min=0))
+@click.option("--log-verbose", default=0, type=click.IntRange(min=0))
+def main(
+    framework: str,
+    model_repository: Path,
+    host: str,
+    port: int,
+    model_control_mode: str,
+    repository_poll_secs: float,
+    load_models: tuple[str, ...],
+    exit_on_error: bool,
+    strict_readiness: bool,
+    disable_auto_complete_config: bool,
+    backend_config: tuple[str, ...],
+    exit_timeout_secs: float,
+    log_verbose: int,
+) -> None:
+    """Serve one framework's models of a Triton model repository over the v2 gRPC service."""
+    options = _backend_config(backend_config)
+    default_max = dict(options).get("default-max-batch-size", "4")
+    try:
+        default_max_batch_size = int(default_max)
+    except ValueError as exc:
+        raise click.BadParameter(f"default-max-batch-size must be an integer, got '{default_max}'") from exc
+    settings = SidecarSettings(
+        framework=framework,
+        model_repository=model_repository,
+        host=host,
+        port=port,
+        model_control_mode=ControlMode(model_control_mode),
+        repository_poll_secs=repository_poll_secs,
+        load_models=load_models,
+        exit_on_error=exit_on_error,
+        strict_readiness=strict_readiness,
+        auto_complete_config=not disable_auto_complete_config,
+        default_max_batch_size=default_max_batch_size,
+        backend_config=options,
+        exit_timeout_secs=exit_timeout_secs,
+        log_verbose=log_verbose,
+    )
+    sys.exit(run(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,319 @@
+"""Model lifecycle: which versions of which models are loaded, in what state, and how
+they get loaded, reloaded and unloaded under each model-control mode."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protos import model_config_pb2 as mc
+from protos.status import TurnoutError, internal, invalid_arg, not_found, unavailable
+from sidecars.batcher import DynamicBatcher
+from sidecars.config import check, fill_core_defaults, load_failure, read_config
+from sidecars.repository import Repository, UploadedModel, select_versions, version_numbers
+from sidecars.responses import read_labels
+from sidecars.runtime import ModelInstance, Runtime
+from sidecars.settings import ControlMode, SidecarSettings
+from sidecars.statistics import VersionStatistics
+from sidecars.validation import Signature
+
+log = logging.getLogger(__name__)
+
+UNLOADED = "unloaded"
+
+
+class State(enum.Enum):
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+class LoadedVersion:
+    """A model version that serves requests: its complete config and its batcher."""
+
+    def __init__(self, config: mc.ModelConfig, version: int, instances: list[ModelInstance], model_dir: Path) -> None:
+        self.config = config
+        self.name = config.name
+        self.version = version
+        self.version_text = str(version)
+        self.signature = Signature(config)
+        self.stats = VersionStatistics()
+        self.labels = {
+            t.name: read_labels(str(model_dir / t.label_filename)) for t in config.output if t.label_filename
+        }
+        self.batcher = DynamicBatcher(config, instances, self.stats)
+
+    async def close(self) -> None:
+        """Finish every request already queued or running, then release the instances."""
+        await self.batcher.close()
+
+
+@dataclass
+class VersionSlot:
+    state: State
+    reason: str = ""
+    loaded: LoadedVersion | None = None
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    versions: dict[int, VersionSlot] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    uploaded: UploadedModel | None = None
+    fingerprint: tuple[tuple[str, int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    name: str
+    version: str = ""
+    state: str = ""
+    reason: str = ""
+
+
+class ModelManager:
+    """Owns every model of this sidecar's framework in the repository."""
+
+    def __init__(self, settings: SidecarSettings, runtime: Runtime) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.repository = Repository(settings.model_repository, settings.framework)
+        self.models: dict[str, ModelEntry] = {}
+        self.exiting = False
+
+    # -- start, poll, stop -------------------------------------------------------------
+
+    async def start(self) -> list[str]:
+        """The start-up loads of the control mode; returns the failures' texts."""
+        folders = self.repository.scan()
+        if self.settings.model_control_mode is ControlMode.EXPLICIT:
+            wanted = set(self.settings.load_models)
+            names = sorted(folders) if "*" in wanted else sorted(wanted)
+        else:
+            names = sorted(folders)
+        results = await asyncio.gather(*(self.load(name) for name in names), return_exceptions=True)
+        return [str(r) for r in results if isinstance(r, BaseException)]
+
+    async def poll_forever(self) -> None:
+        """Poll mode: pick up added, changed and removed models every poll interval."""
+        while True:
+            await asyncio.sleep(self.settings.repository_poll_secs)
+            await self.poll_once()
+
+    async def poll_once(self) -> None:
+        folders = self.repository.scan()
+        tasks = []
+        for name, folder in folders.items():
+            entry = self.models.get(name)
+            if entry is None or entry.fingerprint != folder.fingerprint:
+                tasks.append(self.load(name))
+        for name, entry in list(self.models.items()):
+            if name not in folders and entry.uploaded is None:
+                tasks.append(self._forget(name))
+        for result in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(result, BaseException):
+                log.warning("poll: %s", result)
+
+    async def _forget(self, name: str) -> None:
+        await self.unload(name)
+        self.models.pop(name, None)
+
+    async def close(self) -> None:
+        self.exiting = True
+        await asyncio.gather(*(self.unload(name) for name in list(self.models)), return_exceptions=True)
+
+    # -- loading -------------------------------------------------------------------------
+
+    async def load(
+        self, name: str, override: mc.ModelConfig | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """Load or reload a model. New versions replace old ones only once all are ready,
+        so requests keep being served during a reload."""
+        uploaded = None
+        if files:
+            if override is None:
+                raise invalid_arg(f"failed to load '{name}', config must be provided when model files are provided")
+            uploaded = await asyncio.to_thread(UploadedModel, name, files)
+            folder, fingerprint = uploaded.path, tuple[tuple[str, int, int], ...]()
+        else:
+            found = self.repository.find(name)
+            if found is None:
+                raise load_failure(name, "failed to poll from model repository")
+            folder, fingerprint = found.path, found.fingerprint
+        entry = self.models.setdefault(name, ModelEntry(name))
+        async with entry.lock:
+            try:
+                await self._load_versions(entry, folder, override)
+            except BaseException:
+                if uploaded is not None:
+                    uploaded.remove()
+                raise
+            entry.fingerprint = fingerprint
+            if entry.uploaded is not None and entry.uploaded is not uploaded:
+                entry.uploaded.remove()
+            entry.uploaded = uploaded
+
+    async def _load_versions(self, entry: ModelEntry, folder: Path, override: mc.ModelConfig | None) -> None:
+        name = entry.name
+        base = await asyncio.to_thread(self._base_config, name, folder, override)
+        versions = select_versions(version_numbers(folder), base.version_policy)
+        if not versions:
+            reason = f"at least one version must be available under the version policy of model '{name}'"
+            raise load_failure(name, reason)
+        for version in versions:
+            slot = entry.versions.get(version)
+            if slot is None or slot.state is not State.READY:
+                entry.versions[version] = VersionSlot(State.LOADING)
+        results = await asyncio.gather(
+            *(asyncio.to_thread(self._prepare, base, folder / str(v)) for v in versions), return_exceptions=True
+        )
+        failures = []
+        loaded: dict[int, LoadedVersion] = {}
+        for version, result in zip(versions, results, strict=True):
+            if isinstance(result, BaseException):
+                reason = result.message if isinstance(result, TurnoutError) else str(result)
+                failures.append((version, reason))
+            else:
+                config, instances = result
+                loaded[version] = LoadedVersion(config, version, instances, folder)
+        if failures:
+            await asyncio.gather(*(v.close() for v in loaded.values()))
+            for version, reason in failures:
+                slot = entry.versions[version]
+                if slot.state is not State.READY:
+                    entry.versions[version] = VersionSlot(State.UNAVAILABLE, reason)
+            for version in loaded:
+                if entry.versions[version].state is State.LOADING:
+                    entry.versions[version] = VersionSlot(State.UNAVAILABLE, UNLOADED)
+            detail = "; ".join(f"version {v} is at UNAVAILABLE state: {r}" for v, r in failures)
+            raise internal(f"load failed for model '{name}': {detail};")
+        retired = [slot.loaded for slot in entry.versions.values() if slot.loaded is not None]
+        for version in list(entry.versions):
+            if version not in loaded:
+                entry.versions[version] = VersionSlot(State.UNAVAILABLE, UNLOADED)
+        for version, version_loaded in loaded.items():
+            entry.versions[version] = VersionSlot(State.READY, loaded=version_loaded)
+        await asyncio.gather(*(old.close() for old in retired))
+
+    def _base_config(self, name: str, folder: Path, override: mc.ModelConfig | None) -> mc.ModelConfig:
+        config = mc.ModelConfig()
+        if override is not None:
+            config.CopyFrom(override)
+        else:
+            found = read_config(folder, name)
+            if found is not None:
+                config = found
+        fill_core_defaults(config, name, self.settings.framework)
+        return config
+
+    def _prepare(self, base: mc.ModelConfig, version_dir: Path) -> tuple[mc.ModelConfig, list[ModelInstance]]:
+        """Blocking: complete the config from this version's file and open its instances."""
+        config = mc.ModelConfig()
+        config.CopyFrom(base)
+        if self.settings.auto_complete_config:
+            self.runtime.auto_complete(config, version_dir, self.settings.default_max_batch_size)
+        check(config)
+        return config, self.runtime.load(config, version_dir)
+
+    async def unload(self, name: str) -> None:
+        """Stop routing to a model, let its queued and running requests finish, release it."""
+        entry = self.models.get(name)
+        if entry is None:
+            return
+        async with entry.lock:
+            closing = []
+            for slot in entry.versions.values():
+                if slot.loaded is not None:
+                    slot.state = State.UNLOADING
+                    closing.append(slot)
+            await asyncio.gather(*(slot.loaded.close() for slot in closing if slot.loaded is not None))
+            for slot in closing:
+                slot.state, slot.reason, slot.loaded = State.UNAVAILABLE, UNLOADED, None
+            if entry.uploaded is not None:
+                entry.uploaded.remove()
+                entry.uploaded = None
+
+    # -- lookups -------------------------------------------------------------------------
+
+    def resolve(self, name: str, version_text: str) -> LoadedVersion:
+        """The READY version a request names ("" = the newest READY one), or Triton's error."""
+        entry = self.models.get(name)
+        if entry is None or not entry.versions:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        version = parse_version(version_text) if version_text else -1
+        if version < 0:
+            for version in sorted(entry.versions, reverse=True):
+                slot = entry.versions[version]
+                if slot.state is State.READY and slot.loaded is not None:
+                    return slot.loaded
+            raise not_found(f"Request for unknown model: '{name}' has no available versions")
+        found = entry.versions.get(version)
+        if found is None:
+            raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
+        if found.state is not State.READY or found.loaded is None:
+            raise unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
+        return found.loaded
+
+    def is_model_ready(self, name: str, version_text: str) -> bool:
+        try:
+            self.resolve(name, version_text)
+        except TurnoutError:
+            return False
+        return True
+
+    def is_ready(self) -> bool:
+        """Server readiness: with strict readiness, every live version must be READY."""
+        if self.exiting:
+            return False
+        if not self.settings.strict_readiness:
+            return True
+        return all(
+            slot.state is State.READY or (slot.state is State.UNAVAILABLE and slot.reason == UNLOADED)
+            for entry in self.models.values()
+            for slot in entry.versions.values()
+        )
+
+    def ready_versions(self, name: str) -> list[LoadedVersion]:
+        entry = self.models.get(name)
+        if entry is None:
+            return []
+        return [
+            slot.loaded
+            for _, slot in sorted(entry.versions.items())
+            if slot.state is State.READY and slot.loaded is not None
+        ]
+
+    def model_names(self) -> list[str]:
+        return sorted(name for name, entry in self.models.items() if entry.versions)
+
+    def index(self, ready_only: bool) -> list[IndexEntry]:
+        """One entry per (model, version); models never loaded as their name alone."""
+        names = set(self.repository.scan()) | set(self.models)
+        entries: list[IndexEntry] = []
+        for name in sorted(names):
+            entry = self.models.get(name)
+            if entry is None or not entry.versions:
+                if not ready_only:
+                    entries.append(IndexEntry(name))
+                continue
+            for version, slot in sorted(entry.versions.items()):
+                if ready_only and slot.state is not State.READY:
+                    continue
+                entries.append(IndexEntry(name, str(version), slot.state.value, slot.reason))
+        return entries
+
+
+def parse_version(text: str) -> int:
+    """A request's version string; -1 (like "") means the newest READY version."""
+    try:
+        return int(text)
+    except ValueError:
+        raise invalid_arg(
+            f"failed to get model version from specified version string '{text}' (details: stol), "
+            "version should be an integral value > 0"
+        ) from None

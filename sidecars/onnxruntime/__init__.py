@@ -1,0 +1,1 @@
+"""The ONNX Runtime framework of the sidecar."""

@@ -1,0 +1,117 @@
+"""ONNX Runtime models: one InferenceSession per instance, each run on its own thread."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from protos import model_config_pb2 as mc
+from protos.status import internal, invalid_arg
+from sidecars.config import model_file
+from sidecars.onnxruntime.autocomplete import auto_complete
+from sidecars.runtime import ModelInstance, Tensors, ThreadedInstance
+
+# Triton's onnxruntime_backend parameter names, honoured from config `parameters`.
+_INTRA_OP = "intra_op_thread_count"
+_INTER_OP = "inter_op_thread_count"
+
+
+class OnnxRuntime:
+    """The `onnxruntime` framework. Options come from `--backend-config` (unused so far)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
+        if config.input and config.output:
+            return  # nothing to read, so do not open the model
+        session = _open(_model_path(config, version_dir), ort.SessionOptions(), ["CPUExecutionProvider"])
+        auto_complete(config, session.get_inputs(), session.get_outputs(), default_max_batch_size)
+
+    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+        path = _model_path(config, version_dir)
+        total = sum(group.count for group in config.instance_group)
+        options = _session_options(config, total)
+        instances: list[ModelInstance] = []
+        for group in config.instance_group:
+            for index in range(group.count):
+                session = _open(path, options, _providers(group))
+                instances.append(OnnxInstance(f"{group.name}_{index}", session, config))
+        return instances
+
+
+def _model_path(config: mc.ModelConfig, version_dir: Path) -> Path:
+    path = model_file(config, version_dir)
+    if path.is_dir():  # Triton accepts a folder holding model.onnx (external data)
+        path = path / "model.onnx"
+    if not path.is_file():
+        raise invalid_arg(f"unable to find '{path.name}' for model '{config.name}' in version {version_dir.name}")
+    return path
+
+
+def _providers(group: mc.ModelInstanceGroup) -> list[str]:
+    # The seam for execution providers chosen from the config (KIND_GPU, optimization
+    # accelerators); this sidecar runs everything on CPU for now.
+    return ["CPUExecutionProvider"]
+
+
+def _session_options(config: mc.ModelConfig, instances: int) -> ort.SessionOptions:
+    options = ort.SessionOptions()
+    parameters = {key: value.string_value for key, value in config.parameters.items()}
+    # Instances already run in parallel; by default split the cores between them.
+    default_threads = max(1, (os.cpu_count() or 1) // max(instances, 1))
+    options.intra_op_num_threads = _int_parameter(parameters, _INTRA_OP, default_threads)
+    options.inter_op_num_threads = _int_parameter(parameters, _INTER_OP, 1)
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return options
+
+
+def _int_parameter(parameters: dict[str, str], key: str, default: int) -> int:
+    value = parameters.get(key, "")
+    try:
+        number = int(value)
+    except ValueError:
+        return default
+    return number if number > 0 else default
+
+
+def _open(path: Path, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
+    try:
+        return ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    except Exception as exc:  # ORT raises its own exception types for bad models
+        raise internal(f"onnx runtime error: {exc}") from exc
+
+
+class OnnxInstance(ThreadedInstance):
+    def __init__(self, name: str, session: ort.InferenceSession, config: mc.ModelConfig) -> None:
+        super().__init__(name)
+        self._session = session
+        self._outputs = [output.name for output in config.output]
+        self._strings = {tensor.name for tensor in config.input if tensor.data_type == mc.TYPE_STRING}
+
+    def run(self, inputs: Tensors) -> dict[str, np.ndarray]:
+        feed: dict[str, Any] = dict(inputs)
+        for name in self._strings:
+            if name in feed:
+                feed[name] = _as_text(feed[name])
+        try:
+            results = self._session.run(self._outputs, feed)
+        except Exception as exc:  # ORT's errors carry its own message
+            raise internal(f"onnx runtime error: {exc}") from exc
+        return dict(zip(self._outputs, results, strict=True))
+
+    def close(self) -> None:
+        super().close()
+        del self._session
+
+
+def _as_text(array: np.ndarray) -> np.ndarray:
+    """ORT string tensors take str, and would str() a bytes object ("b'..'")."""
+    flat = array.reshape(-1)
+    text = np.empty(flat.shape, dtype=np.object_)
+    text[:] = [e.decode("utf-8", "surrogateescape") if isinstance(e, bytes) else e for e in flat]
+    return text.reshape(array.shape)

@@ -1,0 +1,326 @@
+"""The sidecar's gRPC face: the v2 inference service for this framework's models and
+grpc.health.v1, every RPC behind one error wrapper that maps TurnoutError to a status."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc as pb_grpc
+from protos.rpc import METHODS
+from protos.status import TurnoutError, invalid_arg, not_found, unavailable, unsupported
+from sidecars.config import parse_override
+from sidecars.models import LoadedVersion, ModelManager
+from sidecars.responses import build_response
+from sidecars.settings import ControlMode
+from sidecars.validation import validate
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "triton"
+SERVER_VERSION = "2.73.0"
+EXTENSIONS = (
+    "classification",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+)
+_NO_SHM = "client shared memory is handled by the turnout gateway, not by a sidecar"
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+
+def rpc(
+    method: Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]],
+) -> Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]]:
+    """The one error wrapper: TurnoutError -> its gRPC status and Triton's text; anything
+    else -> INTERNAL with its text. The server keeps serving either way."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Request, context: grpc.aio.ServicerContext) -> Response:
+        try:
+            return await method(self, request, context)
+        except TurnoutError as exc:
+            await context.abort(exc.grpc_status, exc.message)
+        except Exception as exc:
+            log.exception("unexpected error in %s", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
+        raise AssertionError("unreachable: context.abort raises")
+
+    wrapper.error_wrapped = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _stream_rpc(
+    method: Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[Response]],
+) -> Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[Response]]:
+    @functools.wraps(method)
+    async def wrapper(self: Any, requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Response]:
+        try:
+            async for response in method(self, requests, context):
+                yield response
+        except TurnoutError as exc:
+            await context.abort(exc.grpc_status, exc.message)
+        except Exception as exc:
+            log.exception("unexpected error in %s", method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
+
+    wrapper.error_wrapped = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+    """inference.GRPCInferenceService for the models one ModelManager owns."""
+
+    def __init__(self, manager: ModelManager) -> None:
+        self.manager = manager
+        unwrapped = [m.name for m in METHODS if not getattr(getattr(self, m.name), "error_wrapped", False)]
+        if unwrapped:
+            raise TypeError(f"RPCs without the error wrapper: {unwrapped}")
+
+    # -- health and metadata -----------------------------------------------------------
+
+    @rpc
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    @rpc
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.manager.is_ready())
+
+    @rpc
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self.manager.is_model_ready(request.name, request.version))
+
+    @rpc
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name=SERVER_NAME, version=SERVER_VERSION, extensions=EXTENSIONS)
+
+    @rpc
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        loaded = self.manager.resolve(request.name, request.version)
+        config = loaded.config
+        if request.version:
+            versions = [loaded.version_text]
+        else:
+            versions = [v.version_text for v in self.manager.ready_versions(request.name)]
+        response = pb.ModelMetadataResponse(
+            name=config.name, versions=versions, platform=config.platform or config.backend
+        )
+        signature = loaded.signature
+        for spec in signature.inputs.values():
+            response.inputs.add(name=spec.name, datatype=spec.datatype.name, shape=signature.full_dims(spec))
+        for spec in signature.outputs.values():
+            response.outputs.add(name=spec.name, datatype=spec.datatype.name, shape=signature.full_dims(spec))
+        return response
+
+    @rpc
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        loaded = self.manager.resolve(request.name, request.version)
+        return pb.ModelConfigResponse(config=loaded.config)
+
+    # -- inference -----------------------------------------------------------------------
+
+    @rpc
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        return await self._infer(request)
+
+    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        start = time.monotonic_ns()
+        loaded: LoadedVersion = self.manager.resolve(request.model_name, request.model_version)
+        try:
+            valid = validate(request, loaded.signature)
+            result = await loaded.batcher.submit(valid)
+            response = build_response(
+                loaded.name, loaded.version_text, loaded.signature, valid, result.outputs, loaded.labels
+            )
+        except TurnoutError:
+            loaded.stats.record_failure(time.monotonic_ns() - start)
+            raise
+        loaded.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.times)
+        return response
+
+    @_stream_rpc
+    async def ModelStreamInfer(
+        self, requests: AsyncIterator[pb.ModelInferRequest], context: Any
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        # Requests run concurrently (so a stream can fill batches); responses leave in
+        # request order, each marked final, errors in-band so the stream stays open.
+        answers: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None] = asyncio.Queue()
+
+        async def read() -> None:
+            async for request in requests:
+                answers.put_nowait(asyncio.create_task(self._stream_one(request)))
+            answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield await answer
+            await reader
+        finally:
+            reader.cancel()
+            while not answers.empty():
+                leftover = answers.get_nowait()
+                if leftover is not None:
+                    leftover.cancel()
+
+    async def _stream_one(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+        try:
+            response = pb.ModelStreamInferResponse(infer_response=await self._infer(request))
+        except Exception as exc:
+            message = exc.message if isinstance(exc, TurnoutError) else str(exc) or type(exc).__name__
+            response = pb.ModelStreamInferResponse(error_message=message)
+            response.infer_response.id = request.id
+            response.infer_response.model_name = request.model_name
+            response.infer_response.model_version = request.model_version
+        response.infer_response.parameters["triton_final_response"].bool_param = True
+        return response
+
+    # -- statistics and repository -------------------------------------------------------
+
+    @rpc
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        if request.name:
+            if request.version:
+                try:
+                    versions = [self.manager.resolve(request.name, request.version)]
+                except TurnoutError:
+                    versions = []
+            else:
+                versions = self.manager.ready_versions(request.name)
+            if not versions:
+                raise invalid_arg(f"requested model '{request.name}' is not available")
+        else:
+            versions = [v for name in self.manager.model_names() for v in self.manager.ready_versions(name)]
+        response = pb.ModelStatisticsResponse()
+        for loaded in versions:
+            entry = response.model_stats.add(name=loaded.name, version=loaded.version_text)
+            loaded.stats.fill(entry)
+        return response
+
+    @rpc
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        response = pb.RepositoryIndexResponse()
+        for entry in self.manager.index(request.ready):
+            response.models.add(name=entry.name, version=entry.version, state=entry.state, reason=entry.reason)
+        return response
+
+    def _check_control(self, repository_name: str) -> None:
+        if self.manager.settings.model_control_mode is not ControlMode.EXPLICIT:
+            raise unavailable("explicit model load / unload is not allowed if polling is enabled")
+        if repository_name:
+            raise unsupported("'repository_name' specification is not supported")
+
+    @rpc
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Any
+    ) -> pb.RepositoryModelLoadResponse:
+        self._check_control(request.repository_name)
+        override = None
+        files: dict[str, bytes] = {}
+        for key, parameter in request.parameters.items():
+            if key == "config":
+                override = parse_override(parameter.string_param, request.model_name)
+            elif key.startswith("file:"):
+                files[key.removeprefix("file:")] = parameter.bytes_param
+            else:
+                raise invalid_arg(f"unrecognized load parameter '{key}'.")
+        await self.manager.load(request.model_name, override, files)
+        return pb.RepositoryModelLoadResponse()
+
+    @rpc
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Any
+    ) -> pb.RepositoryModelUnloadResponse:
+        # unload_dependents is accepted; a sidecar's models have no dependents (no ensembles).
+        self._check_control(request.repository_name)
+        await self.manager.unload(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+    # -- owned by the gateway ------------------------------------------------------------
+
+    @rpc
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        raise unsupported(_NO_SHM)
+
+    @rpc
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise unsupported(_NO_SHM)
+
+    @rpc
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        raise unsupported(_NO_SHM)
+
+    @rpc
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        raise unsupported(_NO_SHM)
+
+    @rpc
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        raise unsupported(_NO_SHM)
+
+    @rpc
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        raise unsupported(_NO_SHM)
+
+    @rpc
+    async def TraceSetting(self, request: Any, context: Any) -> Any:
+        raise unsupported("trace settings are served by the turnout gateway")
+
+    @rpc
+    async def LogSettings(self, request: Any, context: Any) -> Any:
+        raise unsupported("log settings are served by the turnout gateway")
+
+
+class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
+    """grpc.health.v1: SERVING iff the sidecar is ready, for "" and the inference service."""
+
+    def __init__(self, manager: ModelManager) -> None:
+        self.manager = manager
+
+    def _status(self, service: str) -> int:
+        if service not in ("", "inference.GRPCInferenceService"):
+            raise not_found(f"unknown service '{service}'")
+        serving: int = health_pb2.HealthCheckResponse.SERVING
+        not_serving: int = health_pb2.HealthCheckResponse.NOT_SERVING
+        return serving if self.manager.is_ready() else not_serving
+
+    async def Check(self, request: health_pb2.HealthCheckRequest, context: Any) -> health_pb2.HealthCheckResponse:
+        try:
+            status = self._status(request.service)
+        except TurnoutError as exc:
+            await context.abort(grpc.StatusCode.NOT_FOUND, exc.message)
+        return health_pb2.HealthCheckResponse(status=status)
+
+    async def Watch(
+        self, request: health_pb2.HealthCheckRequest, context: Any
+    ) -> AsyncIterator[health_pb2.HealthCheckResponse]:
+        last = None
+        while True:
+            try:
+                status = self._status(request.service)
+            except TurnoutError:
+                status = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+            if status != last:
+                yield health_pb2.HealthCheckResponse(status=status)
+                last = status
+            await asyncio.sleep(0.5)
+
+
+def add_services(server: grpc.aio.Server, manager: ModelManager) -> None:
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(manager), server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthService(manager), server)

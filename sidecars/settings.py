@@ -1,0 +1,33 @@
+"""The sidecar's settings: one frozen value built by the CLI and passed down explicitly."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ControlMode(enum.Enum):
+    """How models get loaded: all at start, on request, or by rescanning the repository."""
+
+    NONE = "none"
+    EXPLICIT = "explicit"
+    POLL = "poll"
+
+
+@dataclass(frozen=True)
+class SidecarSettings:
+    framework: str
+    model_repository: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    model_control_mode: ControlMode = ControlMode.NONE
+    repository_poll_secs: float = 15.0
+    load_models: tuple[str, ...] = ()
+    exit_on_error: bool = True
+    strict_readiness: bool = True
+    auto_complete_config: bool = True
+    default_max_batch_size: int = 4
+    backend_config: tuple[tuple[str, str], ...] = ()
+    exit_timeout_secs: float = 30.0
+    log_verbose: int = 0

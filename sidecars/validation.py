@@ -1,0 +1,271 @@
+"""Request validation against a model's signature, with Triton's texts, and the one
+decode of each input into numpy (typed `contents` or `raw_input_contents`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from protos import codec
+from protos import grpc_service_pb2 as pb
+from protos import model_config_pb2 as mc
+from protos.datatypes import BY_CONFIG_NAME, DataType
+from protos.status import TurnoutError, invalid_arg, unsupported
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One config input or output: protocol datatype, dims (no batch dim), reshape."""
+
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None
+    optional: bool = False
+    label_filename: str = ""
+
+
+def _spec(tensor: mc.ModelInput | mc.ModelOutput) -> TensorSpec:
+    datatype = BY_CONFIG_NAME[mc.DataType.Name(tensor.data_type)]
+    reshape = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None
+    return TensorSpec(
+        name=tensor.name,
+        datatype=datatype,
+        dims=tuple(tensor.dims),
+        reshape=reshape,
+        optional=getattr(tensor, "optional", False),
+        label_filename=getattr(tensor, "label_filename", ""),
+    )
+
+
+class Signature:
+    """What a model version accepts and returns, precomputed once per load."""
+
+    def __init__(self, config: mc.ModelConfig) -> None:
+        self.model = config.name
+        self.max_batch_size = config.max_batch_size
+        self.inputs = {t.name: _spec(t) for t in config.input}
+        self.outputs = {t.name: _spec(t) for t in config.output}
+        self.required = [name for name, spec in self.inputs.items() if not spec.optional]
+
+    def full_dims(self, spec: TensorSpec) -> list[int]:
+        return [-1, *spec.dims] if self.max_batch_size > 0 else list(spec.dims)
+
+
+@dataclass(frozen=True)
+class RequestedOutput:
+    name: str
+    class_count: int  # 0 = the tensor itself, k > 0 = top-k classification strings
+
+
+@dataclass
+class ValidRequest:
+    """A request ready for the batcher: model-shaped inputs and what to send back."""
+
+    id: str
+    inputs: dict[str, np.ndarray]
+    batch_size: int  # rows along dim 0; 1 for models without batching
+    key: tuple[Any, ...]  # requests with equal keys may share a batch
+    outputs: list[RequestedOutput]
+    priority: int
+    timeout_us: int | None
+
+
+def _shape_text(shape: Any) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _names_text(names: Any) -> str:
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
+def _dims_match(expected: tuple[int, ...], got: list[int]) -> bool:
+    return len(expected) == len(got) and all(e == -1 or e == g for e, g in zip(expected, got, strict=True))
+
+
+def _uint_parameter(parameter: pb.InferParameter) -> int:
+    which = parameter.WhichOneof("parameter_choice")
+    if which == "int64_param":
+        return parameter.int64_param
+    if which == "uint64_param":
+        return parameter.uint64_param
+    return 0
+
+
+def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidRequest:
+    """Check a request as Triton's core does and decode its inputs once."""
+    model = signature.model
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    outputs = _requested_outputs(request, signature)
+
+    given = [tensor.name for tensor in request.inputs]
+    missing = [name for name in signature.required if name not in given]
+    if len(given) > len(signature.inputs) or len(given) < len(signature.required) or missing:
+        for name in given:
+            if name not in signature.inputs and len(given) == len(signature.inputs):
+                raise invalid_arg(f"unexpected inference input '{name}' for model '{model}'")
+        if len(signature.required) == len(signature.inputs):
+            expected = f"expected {len(signature.inputs)} inputs"
+        else:
+            expected = f"expected number of inputs between {len(signature.required)} and {len(signature.inputs)}"
+        raise invalid_arg(
+            f"{prefix}{expected} but got {len(given)} inputs for model '{model}'. "
+            f"Got input(s) {_names_text(given)}, but missing required input(s) {_names_text(missing)}. "
+            "Please provide all required input(s)."
+        )
+
+    batched = signature.max_batch_size > 0
+    batch_size = 1
+    raw = request.raw_input_contents
+    raw_index = 0
+    inputs: dict[str, np.ndarray] = {}
+    key: list[Any] = []
+    for position, tensor in enumerate(request.inputs):
+        spec = signature.inputs.get(tensor.name)
+        if spec is None:
+            raise invalid_arg(f"unexpected inference input '{tensor.name}' for model '{model}'")
+        shape = list(tensor.shape)
+        if any(d < 0 for d in shape):
+            raise invalid_arg(
+                f"All input dimensions should be specified for input '{tensor.name}' for model '{model}', "
+                f"got {_shape_text(shape)}"
+            )
+        if batched:
+            if not shape:
+                raise invalid_arg(
+                    f"input '{tensor.name}' has no shape but model requires batch dimension for '{model}'"
+                )
+            if position == 0:
+                batch_size = shape[0]
+            elif shape[0] != batch_size:
+                raise invalid_arg(f"input '{tensor.name}' batch size does not match other inputs for '{model}'")
+            if batch_size > signature.max_batch_size:
+                raise invalid_arg(
+                    f"{prefix}inference request batch-size must be <= {signature.max_batch_size} for '{model}'"
+                )
+        element_shape = shape[1:] if batched else shape
+        if not _dims_match(spec.dims, element_shape):
+            note = ""
+            if batched:
+                note = (
+                    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be"
+                    " prepended to each input shape. If you want to specify the full shape including the batch dim"
+                    " in your input dims config, try setting max_batch_size to zero. See the model configuration"
+                    " docs for more info on max_batch_size."
+                )
+            raise invalid_arg(
+                f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
+                f"Expected {_shape_text(signature.full_dims(spec))}, got {_shape_text(shape)}.{note}"
+            )
+        if tensor.datatype != spec.datatype.name:
+            raise invalid_arg(
+                f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                f"but model '{model}' expects '{spec.datatype.name}'"
+            )
+        if "shared_memory_region" in tensor.parameters:
+            raise unsupported(
+                f"shared memory input '{tensor.name}' must be resolved by the gateway before model '{model}'"
+            )
+        if raw:
+            if tensor.HasField("contents"):
+                raise invalid_arg(
+                    f"contents field must not be specified when using raw_input_contents for '{tensor.name}' "
+                    f"for model '{model}'"
+                )
+            if raw_index >= len(raw):
+                raise _no_data(tensor.name, model)
+            array = _from_raw(raw[raw_index], spec, shape, prefix, model)
+            raw_index += 1
+        elif tensor.HasField("contents"):
+            array = _from_contents(tensor.contents, spec, shape, prefix, model)
+        else:
+            raise _no_data(tensor.name, model)
+        if spec.reshape is not None:
+            array = array.reshape([batch_size, *spec.reshape] if batched else list(spec.reshape))
+        inputs[tensor.name] = array
+        key.append((tensor.name, array.shape[1:] if batched else array.shape))
+
+    parameters = request.parameters
+    priority = _uint_parameter(parameters["priority"]) if "priority" in parameters else 0
+    timeout = _uint_parameter(parameters["timeout"]) if "timeout" in parameters else None
+    key.sort()
+    return ValidRequest(request.id, inputs, batch_size, tuple(key), outputs, priority, timeout)
+
+
+def _no_data(name: str, model: str) -> TurnoutError:
+    return invalid_arg(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
+
+
+def _requested_outputs(request: pb.ModelInferRequest, signature: Signature) -> list[RequestedOutput]:
+    if not request.outputs:
+        return [RequestedOutput(name, 0) for name in signature.outputs]
+    requested = []
+    for output in request.outputs:
+        if output.name not in signature.outputs:
+            raise invalid_arg(f"unexpected inference output '{output.name}' for model '{signature.model}'")
+        parameters = output.parameters
+        class_count = _uint_parameter(parameters["classification"]) if "classification" in parameters else 0
+        requested.append(RequestedOutput(output.name, max(class_count, 0)))
+    return requested
+
+
+def _from_raw(buffer: bytes, spec: TensorSpec, shape: list[int], prefix: str, model: str) -> np.ndarray:
+    datatype = spec.datatype
+    if datatype.name == "BYTES":
+        try:
+            return codec.from_raw(buffer, datatype, shape)
+        except codec.CodecError:
+            raise invalid_arg(prefix + _bytes_problem(buffer, codec.element_count(shape), spec.name, model)) from None
+    expected = codec.element_count(shape) * datatype.size
+    if len(buffer) != expected:
+        raise invalid_arg(
+            f"{prefix}input byte size mismatch for input '{spec.name}' for model '{model}'. "
+            f"Expected {expected}, got {len(buffer)}"
+        )
+    return codec.from_raw(buffer, datatype, shape)
+
+
+def _bytes_problem(buffer: bytes, expected: int, name: str, model: str) -> str:
+    """Word why a BYTES buffer does not hold `expected` elements, as Triton does."""
+    offset, count = 0, 0
+    while offset < len(buffer):
+        remaining = len(buffer) - offset
+        if remaining < 4:
+            return (
+                f"incomplete string length indicator for inference input '{name}' for model '{model}', "
+                f"expecting 4 bytes but only {remaining} bytes available. "
+                "Please make sure the string length indicator is in one buffer."
+            )
+        length = int.from_bytes(buffer[offset : offset + 4], "little")
+        offset += 4
+        if len(buffer) - offset < length:
+            return (
+                f"incomplete string data for inference input '{name}' for model '{model}', "
+                f"expecting string of length {length} but only {len(buffer) - offset} bytes available."
+            )
+        offset += length
+        count += 1
+    return f"expected {expected} string elements for inference input '{name}' for model '{model}', got {count}"
+
+
+def _from_contents(
+    contents: pb.InferTensorContents, spec: TensorSpec, shape: list[int], prefix: str, model: str
+) -> np.ndarray:
+    datatype = spec.datatype
+    if datatype.contents_field is None:
+        raise invalid_arg(f"{prefix}contents are not supported for datatype {datatype.name} of input '{spec.name}'")
+    values = getattr(contents, datatype.contents_field)
+    count = codec.element_count(shape)
+    if len(values) != count:
+        if datatype.name == "BYTES":
+            raise invalid_arg(
+                f"{prefix}expected {count} string elements for inference input '{spec.name}' for model '{model}', "
+                f"got {len(values)}"
+            )
+        raise invalid_arg(
+            f"{prefix}input byte size mismatch for input '{spec.name}' for model '{model}'. "
+            f"Expected {count * datatype.size}, got {len(values) * datatype.size}"
+        )
+    return codec.from_contents(values, datatype, shape)

@@ -1,0 +1,161 @@
+"""Start `python -m sidecars` as a real process on loopback for the sidecar tests.
+
+The sidecar binds port 0 and prints its address on one ready line, which we wait for
+(never a sleep). No protos.*_pb2 here: tests talk through tritonclient only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_PREFIX = "TURNOUT_SIDECAR_READY"
+START_TIMEOUT_S = 60.0
+
+DATATYPES = ["BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP16", "FP32", "FP64"]
+DATATYPES += ["BYTES"]
+
+LABELS = ["cat", "dog", "bird", "fish"]
+
+
+def make_models() -> ModuleType:
+    """scripts/make_models.py (scripts/ is no package)."""
+    name = "turnout_make_models"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "make_models.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Sidecar:
+    url: str
+    process: subprocess.Popen[str]
+    pump: threading.Thread
+    lines: list[str] = field(default_factory=list)
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then the exit status (killed after `timeout`)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.pump.join(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return self.process.returncode
+
+
+class SidecarFailedToStart(AssertionError):
+    def __init__(self, message: str, returncode: int | None, output: str) -> None:
+        super().__init__(f"{message}; output:\n{output}")
+        self.returncode = returncode
+        self.output = output
+
+
+def _pump(stream: object, sink: queue.Queue[str | None], lines: list[str]) -> None:
+    # Drains the child's output for its whole life, so a chatty child never blocks.
+    for line in stream:  # type: ignore[attr-defined]
+        lines.append(line)
+        sink.put(line)
+    sink.put(None)
+
+
+def launch(repository: Path, *flags: str) -> Sidecar:
+    """Start a sidecar and return once it printed its ready line."""
+    command = [
+        sys.executable,
+        "-m",
+        "sidecars",
+        "--framework=onnxruntime",
+        f"--model-repository={repository}",
+        "--host=127.0.0.1",
+        "--port=0",
+        "--exit-timeout-secs=5",
+        *flags,
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+    sink: queue.Queue[str | None] = queue.Queue()
+    pump = threading.Thread(target=_pump, args=(process.stdout, sink, lines), daemon=True)
+    pump.start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            process.kill()
+            process.wait()
+            _close(process, pump)
+            raise SidecarFailedToStart("no ready line", None, "".join(lines))
+        try:
+            line = sink.get(timeout=remaining)
+        except queue.Empty:
+            continue
+        if line is None:
+            code = process.wait(timeout=10)
+            _close(process, pump)
+            raise SidecarFailedToStart(f"exited with {code} before ready", code, "".join(lines))
+        if line.startswith(READY_PREFIX):
+            fields = dict(part.split("=", 1) for part in line.split()[1:])
+            assert fields["framework"] == "onnxruntime", line
+            return Sidecar(fields["grpc"], process, pump, lines)
+
+
+def _close(process: subprocess.Popen[str], pump: threading.Thread) -> None:
+    pump.join(timeout=10)
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+@contextlib.contextmanager
+def running(repository: Path, *flags: str) -> Iterator[Sidecar]:
+    sidecar = launch(repository, *flags)
+    try:
+        yield sidecar
+    finally:
+        code = sidecar.stop()
+        assert code == 0, f"sidecar exited with {code}; output:\n{sidecar.output()}"
+
+
+def simple_inputs(client_module: object, batch: int = 1, dtype: type = np.int32) -> tuple[list[object], np.ndarray]:
+    """INPUT0 = 0..15, INPUT1 = ones, as tritonclient InferInputs of `client_module`."""
+    data = np.tile(np.arange(16, dtype=dtype), (batch, 1))
+    ones = np.ones((batch, 16), dtype=dtype)
+    name = "INT32" if dtype == np.int32 else "FP32"
+    inputs = [
+        client_module.InferInput("INPUT0", [batch, 16], name),  # type: ignore[attr-defined]
+        client_module.InferInput("INPUT1", [batch, 16], name),  # type: ignore[attr-defined]
+    ]
+    inputs[0].set_data_from_numpy(data)
+    inputs[1].set_data_from_numpy(ones)
+    return inputs, data
