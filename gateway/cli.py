@@ -16,7 +16,7 @@ import click
 from gateway.settings import GatewaySettings, SidecarAddress
 
 # Triton spells booleans `--flag=true|false`; a bare `--flag` means true.
-_BOOL = {"type": click.BOOL, "is_flag": False, "flag_value": True, "show_default": True}
+_BOOL: dict[str, Any] = {"type": click.BOOL, "is_flag": False, "flag_value": True, "show_default": True}
 
 
 def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -110,7 +110,7 @@ def up(
     "sidecars",
     multiple=True,
     required=True,
-    help="FRAMEWORK=HOST:PORT of a sidecar to route to (repeatable).",
+    help="FRAMEWORK=HOST:PORT[,LANE] of a sidecar to route to (repeatable); LANE is its infer lane.",
 )
 @_gateway_options
 def gateway(sidecars: tuple[str, ...], **flags: Any) -> None:
@@ -119,10 +119,11 @@ def gateway(sidecars: tuple[str, ...], **flags: Any) -> None:
 
     addresses = []
     for spec in sidecars:
-        framework, sep, address = spec.partition("=")
+        framework, sep, rest = spec.partition("=")
+        address, _, lane = rest.partition(",")
         if not sep or not address:
-            raise click.BadParameter(f"expected FRAMEWORK=HOST:PORT, got {spec!r}", param_hint="--sidecar")
-        addresses.append(SidecarAddress(framework, address))
+            raise click.BadParameter(f"expected FRAMEWORK=HOST:PORT[,LANE], got {spec!r}", param_hint="--sidecar")
+        addresses.append(SidecarAddress(framework, address, lane))
     sys.exit(run(_gateway_settings(tuple(addresses), **flags)))
 
 

@@ -80,6 +80,7 @@ class _Child:
     framework: str
     process: subprocess.Popen[str]
     address: str = ""
+    lane: str = ""
 
 
 class Supervisor:
@@ -98,7 +99,7 @@ class Supervisor:
         try:
             for framework in frameworks_in(self._repositories):
                 self._start(framework)
-            addresses = tuple(SidecarAddress(c.framework, c.address) for c in self._children)
+            addresses = tuple(SidecarAddress(c.framework, c.address, c.lane) for c in self._children)
             return run_gateway(settings_for(addresses))
         except _StartFailed as failure:
             log.error("%s", failure)
@@ -130,6 +131,7 @@ class Supervisor:
             if line.startswith(READY_PREFIX):
                 fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
                 child.address = fields["grpc"]
+                child.lane = "" if fields.get("lane", "off") == "off" else fields["lane"]
                 break
             sys.stdout.write(line)
         else:

@@ -38,6 +38,13 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--backend-config", multiple=True, help="<setting>=<value>, e.g. default-max-batch-size=4")
 @click.option("--exit-timeout-secs", default=30.0, type=click.FloatRange(min=0))
 @click.option("--log-verbose", default=0, type=click.IntRange(min=0))
+@click.option(
+    "--lane",
+    default="auto",
+    type=click.Choice(["auto", "unix", "tcp", "off"]),
+    help="the gateway's infer lane: a Unix socket on loopback (auto), TCP, or none",
+)
+@click.option("--lane-port", default=0, type=click.IntRange(0, 65535), help="TCP lane port; 0 binds a free port")
 def main(
     framework: str,
     model_repository: Path,
@@ -52,6 +59,8 @@ def main(
     backend_config: tuple[str, ...],
     exit_timeout_secs: float,
     log_verbose: int,
+    lane: str,
+    lane_port: int,
 ) -> None:
     """Serve one framework's models of a Triton model repository over the v2 gRPC service."""
     options = _backend_config(backend_config)
@@ -75,6 +84,8 @@ def main(
         backend_config=options,
         exit_timeout_secs=exit_timeout_secs,
         log_verbose=log_verbose,
+        lane=lane,
+        lane_port=lane_port,
     )
     sys.exit(run(settings))
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
+import tempfile
 
 import grpc
 
+from protos.lane import LaneServer
 from protos.rpc import MESSAGE_SIZE_OPTIONS
 from sidecars.models import ModelManager
 from sidecars.runtime import runtime_for
@@ -19,7 +22,23 @@ from sidecars.settings import ControlMode, SidecarSettings
 
 log = logging.getLogger("sidecars")
 
-READY_LINE = "TURNOUT_SIDECAR_READY grpc={host}:{port} framework={framework}"
+READY_LINE = "TURNOUT_SIDECAR_READY grpc={host}:{port} lane={lane} framework={framework}"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+async def _start_lane(lane: LaneServer, settings: SidecarSettings) -> tuple[str, str | None]:
+    """Serve the infer lane as settings say; returns its address ("off" if none) and the
+    Unix socket's folder, to remove at exit."""
+    mode = settings.lane
+    if mode == "auto":
+        mode = "unix" if settings.host in _LOOPBACK else "tcp"
+    if mode == "unix":
+        # A private folder: socket paths must stay short (108 bytes) and unguessable.
+        folder = tempfile.mkdtemp(prefix="turnout-")
+        return await lane.start_unix(os.path.join(folder, "lane.sock")), folder
+    if mode == "tcp":
+        return await lane.start_tcp(settings.host, settings.lane_port), None
+    return "off", None
 
 
 async def serve(settings: SidecarSettings) -> int:
@@ -28,9 +47,11 @@ async def serve(settings: SidecarSettings) -> int:
     runtime = runtime_for(settings.framework, settings.backend_config)
     manager = ModelManager(settings, runtime)
     server = grpc.aio.server(options=MESSAGE_SIZE_OPTIONS)
-    add_services(server, manager)
+    service = add_services(server, manager)
     port = server.add_insecure_port(f"{settings.host}:{settings.port}")
     await server.start()
+    lane = LaneServer(service.infer_encoded)
+    lane_address, lane_folder = await _start_lane(lane, settings)
 
     failures = await manager.start()
     for failure in failures:
@@ -38,8 +59,10 @@ async def serve(settings: SidecarSettings) -> int:
     if failures and settings.exit_on_error:
         log.error("exiting: %d model(s) failed to load and --exit-on-error is set", len(failures))
         manager.exiting = True
+        lane.stop_accepting()
         await server.stop(0)
         await manager.close()
+        _remove_lane_folder(lane_folder)
         return 1
 
     # Only this coroutine, on the main thread's loop, installs signal handlers.
@@ -48,7 +71,8 @@ async def serve(settings: SidecarSettings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
 
-    print(READY_LINE.format(host=settings.host, port=port, framework=settings.framework), flush=True)
+    ready = READY_LINE.format(host=settings.host, port=port, lane=lane_address, framework=settings.framework)
+    print(ready, flush=True)
     poller = None
     if settings.model_control_mode is ControlMode.POLL:
         poller = asyncio.create_task(manager.poll_forever())
@@ -62,12 +86,21 @@ async def serve(settings: SidecarSettings) -> int:
         poller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await poller
-    await server.stop(settings.exit_timeout_secs)
+    lane.stop_accepting()
+    await asyncio.gather(server.stop(settings.exit_timeout_secs), lane.drain(settings.exit_timeout_secs))
+    _remove_lane_folder(lane_folder)
     try:
         await asyncio.wait_for(manager.close(), settings.exit_timeout_secs)
     except TimeoutError:
         log.warning("models did not release within the exit timeout")
     return 0
+
+
+def _remove_lane_folder(folder: str | None) -> None:
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, "lane.sock"))
+            os.rmdir(folder)
 
 
 def run(settings: SidecarSettings) -> int:

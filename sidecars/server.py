@@ -153,6 +153,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         loaded.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.times)
         return response
 
+    async def infer_encoded(self, encoded: bytes) -> bytes:
+        """ModelInfer for the gateway's lane: a serialized request in, a serialized response out."""
+        response = await self._infer(pb.ModelInferRequest.FromString(encoded))
+        serialized: bytes = response.SerializeToString()
+        return serialized
+
     @_stream_rpc
     async def ModelStreamInfer(
         self, requests: AsyncIterator[pb.ModelInferRequest], context: Any
@@ -321,6 +327,8 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
             await asyncio.sleep(0.5)
 
 
-def add_services(server: grpc.aio.Server, manager: ModelManager) -> None:
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(manager), server)
+def add_services(server: grpc.aio.Server, manager: ModelManager) -> InferenceService:
+    service = InferenceService(manager)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthService(manager), server)
+    return service

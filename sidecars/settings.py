@@ -31,3 +31,5 @@ class SidecarSettings:
     backend_config: tuple[tuple[str, str], ...] = ()
     exit_timeout_secs: float = 30.0
     log_verbose: int = 0
+    lane: str = "auto"  # infer lane: auto (Unix socket on loopback, else TCP) | unix | tcp | off
+    lane_port: int = 0
