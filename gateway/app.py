@@ -51,7 +51,13 @@ def _host_port(host: str, port: int) -> str:
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family, backlog=2048)
+    # proto must say TCP: asyncio sets TCP_NODELAY only on accepted sockets that do, and
+    # without it a response's head and body wait out the peer's delayed ACK (40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
 
 
 def _build_http_app(gateway: Gateway, settings: GatewaySettings) -> ASGIApp:
