@@ -91,8 +91,11 @@ class UploadedModel:
                 target = (self.path / relative).resolve()
                 if not target.is_relative_to(self.path.resolve()) or target == self.path.resolve():
                     raise load_failure(model, f"invalid file path '{relative}'")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(content)
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(content)
+                except OSError as exc:  # e.g. a name past NAME_MAX: refuse it, keep serving
+                    raise load_failure(model, "failed to poll from model repository") from exc
         except BaseException:
             self.remove()
             raise

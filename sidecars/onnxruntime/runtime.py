@@ -97,7 +97,7 @@ class OnnxInstance(ThreadedInstance):
         feed: dict[str, Any] = dict(inputs)
         for name in self._strings:
             if name in feed:
-                feed[name] = _as_text(feed[name])
+                feed[name] = _as_text(name, feed[name])
         try:
             results = self._session.run(self._outputs, feed)
         except Exception as exc:  # ORT's errors carry its own message
@@ -109,9 +109,16 @@ class OnnxInstance(ThreadedInstance):
         del self._session
 
 
-def _as_text(array: np.ndarray) -> np.ndarray:
-    """ORT string tensors take str, and would str() a bytes object ("b'..'")."""
+def _as_text(name: str, array: np.ndarray) -> np.ndarray:
+    """ORT string tensors take str, and would str() a bytes object ("b'..'"). Its Python
+    API carries strings as UTF-8 text only, so other bytes are refused with a clear error."""
     flat = array.reshape(-1)
     text = np.empty(flat.shape, dtype=np.object_)
-    text[:] = [e.decode("utf-8", "surrogateescape") if isinstance(e, bytes) else e for e in flat]
+    try:
+        text[:] = [e.decode("utf-8") if isinstance(e, bytes) else e for e in flat]
+    except UnicodeDecodeError as exc:
+        raise invalid_arg(
+            f"input '{name}' holds a BYTES element that is not valid UTF-8; "
+            "the ONNX Runtime sidecar passes string tensors as UTF-8 text"
+        ) from exc
     return text.reshape(array.shape)

@@ -1,0 +1,17 @@
+"""Shared test configuration: the harness module beside this file starts real servers.
+
+Nothing here imports protos.*_pb2 or gateway.core: test processes load tritonclient,
+which registers the same `inference.*` protobuf symbols.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    """Seeded randomness, injected: a failing run replays with the same values."""
+    return random.Random(20240611)

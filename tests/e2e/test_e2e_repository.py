@@ -1,0 +1,214 @@
+"""Model repository API: index, load, unload, config overrides and uploaded files in
+explicit mode; refusals in `none` mode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcaio
+import tritonclient.http as httpclient
+import tritonclient.http.aio as httpaio
+from harness import Server, onnx_identity_bytes
+from simple_requests import assert_grpc_serves, assert_http_serves, check_simple, error_of, http_inputs, simple_arrays
+
+REFUSED = "explicit model load / unload is not allowed if polling is enabled"
+
+
+def _index(url: str) -> dict[str, dict]:
+    with httpclient.InferenceServerClient(url) as client:
+        entries = client.get_model_repository_index()
+    assert [e["name"] for e in entries] == sorted(e["name"] for e in entries)
+    return {(e["name"], e.get("version")): e for e in entries}
+
+
+def test_index_at_start(explicit_server: Server) -> None:
+    with httpclient.InferenceServerClient(explicit_server.http) as client:
+        entries = client.get_model_repository_index()
+    assert {"name": "simple", "version": "1", "state": "READY", "reason": ""} in entries
+    # Models never loaded appear by name only.
+    assert {"name": "simple_string"} in entries
+    assert {"name": "identity_fp32"} in entries
+    with grpcclient.InferenceServerClient(explicit_server.grpc) as client:
+        models = client.get_model_repository_index().models
+    by_name = {m.name: m for m in models}
+    assert set(by_name) >= {"simple", "simple_string", "identity_fp32", "linear"}
+    assert (by_name["simple"].version, by_name["simple"].state) == ("1", "READY")
+    assert by_name["simple_string"].state == ""
+
+
+def test_load_and_unload_http(explicit_server: Server) -> None:
+    with httpclient.InferenceServerClient(explicit_server.http) as client:
+        assert client.is_model_ready("simple_string") is False
+        client.load_model("simple_string")
+        assert client.is_model_ready("simple_string") is True
+        values = np.array([[b"2"] * 16], dtype=np.object_)
+        tensors = [httpclient.InferInput(n, [1, 16], "BYTES") for n in ("INPUT0", "INPUT1")]
+        for tensor in tensors:
+            tensor.set_data_from_numpy(values)
+        result = client.infer("simple_string", tensors)
+        assert [x.decode() for x in result.as_numpy("OUTPUT0")[0]] == ["4"] * 16
+        client.unload_model("simple_string")
+        assert client.is_model_ready("simple_string") is False
+        error = error_of(client.infer, "simple_string", tensors)
+        assert (error.status(), error.message()) == (
+            "404",
+            "Request for unknown model: 'simple_string' has no available versions",
+        )
+        entries = client.get_model_repository_index()
+    entry = next(e for e in entries if e["name"] == "simple_string")
+    assert entry == {"name": "simple_string", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+    assert_http_serves(explicit_server.http)
+
+
+def test_load_and_unload_grpc(explicit_server: Server) -> None:
+    with grpcclient.InferenceServerClient(explicit_server.grpc) as client:
+        client.load_model("linear")
+        assert client.is_model_ready("linear", "1") is True
+        assert client.is_model_ready("linear", "2") is True
+        client.unload_model("linear")
+        # After unload, ready is false with status OK (simple_grpc_model_control relies on it).
+        assert client.is_model_ready("linear") is False
+        tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        error = error_of(client.infer, "linear", [tensor])
+    assert (error.status(), error.message()) == (
+        "StatusCode.NOT_FOUND",
+        "Request for unknown model: 'linear' has no available versions",
+    )
+
+
+def test_ready_endpoint_for_unloaded_model(explicit_server: Server) -> None:
+    import httpx
+
+    response = httpx.get(f"http://{explicit_server.http}/v2/models/identity_fp32/ready", timeout=30)
+    assert response.status_code == 400
+    assert response.json() == {"error": "Model version not ready"}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_config_override(explicit_server: Server, protocol: str) -> None:
+    if protocol == "http":
+        client = httpclient.InferenceServerClient(explicit_server.http)
+    else:
+        client = grpcclient.InferenceServerClient(explicit_server.grpc)
+    with client:
+        error = error_of(client.load_model, "simple", config='"parameters": {"config": {{"max_batch_size": "16"}}}')
+        assert "failed to load" in error.message()
+        assert error.message().startswith("failed to load 'simple'")
+        assert error.status() == ("500" if protocol == "http" else "StatusCode.INTERNAL")
+        client.load_model("simple", config='{"max_batch_size":"16"}')
+        config = client.get_model_config("simple")
+        batch = config["max_batch_size"] if protocol == "http" else config.config.max_batch_size
+        assert batch == 16
+        # A load without override reads config.pbtxt again.
+        client.load_model("simple")
+        config = client.get_model_config("simple")
+        batch = config["max_batch_size"] if protocol == "http" else config.config.max_batch_size
+        assert batch == 8
+    assert_http_serves(explicit_server.http)
+
+
+def test_load_unknown_model(explicit_server: Server) -> None:
+    text = "failed to load 'wrong_model_name', failed to poll from model repository"
+    with httpclient.InferenceServerClient(explicit_server.http) as client:
+        error = error_of(client.load_model, "wrong_model_name")
+    assert (error.status(), error.message()) == ("500", text)
+    with grpcclient.InferenceServerClient(explicit_server.grpc) as client:
+        error = error_of(client.load_model, "wrong_model_name")
+    assert (error.status(), error.message()) == ("StatusCode.INTERNAL", text)
+    assert_grpc_serves(explicit_server.grpc)
+
+
+def _upload_config(name: str) -> str:
+    return json.dumps(
+        {
+            "name": name,
+            "backend": "onnxruntime",
+            "max_batch_size": 8,
+            "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+        }
+    )
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_load_uploaded_files(explicit_server: Server, tmp_path: Path, protocol: str) -> None:
+    name = f"uploaded_{protocol}"
+    files = {"file:1/model.onnx": onnx_identity_bytes(tmp_path)}
+    values = np.array([[1.5, -2.0, 3.25]], dtype=np.float32)
+    module = httpclient if protocol == "http" else grpcclient
+    url = explicit_server.http if protocol == "http" else explicit_server.grpc
+    with module.InferenceServerClient(url) as client:
+        client.load_model(name, config=_upload_config(name), files=files)
+        assert client.is_model_ready(name) is True
+        tensor = module.InferInput("INPUT0", [1, 3], "FP32")
+        tensor.set_data_from_numpy(values)
+        np.testing.assert_array_equal(client.infer(name, [tensor]).as_numpy("OUTPUT0"), values)
+        metadata = client.get_model_metadata(name)
+        client.unload_model(name)
+        assert client.is_model_ready(name) is False
+    platform = metadata["platform"] if protocol == "http" else metadata.platform
+    assert platform == "onnxruntime_onnx"
+
+
+async def test_aio_repository(explicit_server: Server) -> None:
+    http = httpaio.InferenceServerClient(explicit_server.http)
+    rpc = grpcaio.InferenceServerClient(explicit_server.grpc)
+    try:
+        await http.load_model("identity_fp32")
+        assert await http.is_model_ready("identity_fp32") is True
+        await http.unload_model("identity_fp32")
+        # Ready=false is asked over gRPC: the aio HTTP client leaves a 400's body unread.
+        assert await rpc.is_model_ready("identity_fp32") is False
+        await rpc.load_model("identity_fp32")
+        assert await rpc.is_model_ready("identity_fp32") is True
+        index = await rpc.get_model_repository_index()
+        assert any(m.name == "identity_fp32" and m.state == "READY" for m in index.models)
+        await rpc.unload_model("identity_fp32")
+        assert await rpc.is_model_ready("identity_fp32") is False
+    finally:
+        await http.close()
+        await rpc.close()
+
+
+def test_none_mode_refuses_load_and_unload(server: Server) -> None:
+    with httpclient.InferenceServerClient(server.http) as client:
+        for call in (client.load_model, client.unload_model):
+            error = error_of(call, "simple")
+            assert (error.status(), error.message()) == ("503", REFUSED)
+        assert client.is_model_ready("simple") is True
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        for call in (client.load_model, client.unload_model):
+            error = error_of(call, "simple")
+            assert (error.status(), error.message()) == ("StatusCode.UNAVAILABLE", REFUSED)
+    assert_http_serves(server.http)
+
+
+def test_none_mode_index_lists_every_model_ready(server: Server) -> None:
+    index = _index(server.http)
+    assert index[("simple", "1")] == {"name": "simple", "version": "1", "state": "READY", "reason": ""}
+    assert index[("linear", "1")]["state"] == "READY"
+    assert index[("linear", "2")]["state"] == "READY"
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        ready_only = client.get_model_repository_index()
+    assert {"simple", "simple_string", "linear", "simple_batched"} <= {m.name for m in ready_only.models}
+
+
+def test_explicit_mode_still_serves_simple(explicit_server: Server) -> None:
+    a, b = simple_arrays()
+    with httpclient.InferenceServerClient(explicit_server.http) as client:
+        check_simple(client.infer("simple", http_inputs(a, b)), a, b)
+
+
+def test_load_rejects_overlong_file_name(explicit_server: Server) -> None:
+    """simple_grpc_model_control: a path component over NAME_MAX fails the load cleanly."""
+    with grpcclient.InferenceServerClient(explicit_server.grpc) as client:
+        error = error_of(client.load_model, "simple_int8_absent", config="{}", files={"file:" + "A" * 256: b"a"})
+        assert error.status() == "StatusCode.INTERNAL"
+        assert "failed to poll from model repository" in error.message()
+        assert client.is_server_live() is True
+    assert_grpc_serves(explicit_server.grpc)

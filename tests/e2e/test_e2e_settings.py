@@ -1,0 +1,111 @@
+"""Trace and log settings through both protocols, and the Prometheus endpoint."""
+
+from __future__ import annotations
+
+import httpx
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcaio
+import tritonclient.http as httpclient
+import tritonclient.http.aio as httpaio
+from harness import Server
+from simple_requests import http_inputs, simple_arrays
+
+TRACE_DEFAULTS = {
+    "trace_level": ["OFF"],
+    "trace_rate": "1000",
+    "trace_count": "-1",
+    "log_frequency": "0",
+    "trace_file": "",
+    "trace_mode": "triton",
+}
+LOG_DEFAULTS = {
+    "log_file": "",
+    "log_info": True,
+    "log_warning": True,
+    "log_error": True,
+    "log_verbose_level": 0,
+    "log_format": "default",
+}
+
+
+def test_http_trace_settings(server: Server) -> None:
+    with httpclient.InferenceServerClient(server.http) as client:
+        assert client.get_trace_settings() == TRACE_DEFAULTS
+        assert client.get_trace_settings(model_name="simple") == TRACE_DEFAULTS
+        updated = client.update_trace_settings(model_name="simple", settings={"trace_rate": "5"})
+        assert updated == {**TRACE_DEFAULTS, "trace_rate": "5"}
+        assert client.get_trace_settings(model_name="simple")["trace_rate"] == "5"
+        # The global settings and other models are untouched.
+        assert client.get_trace_settings()["trace_rate"] == "1000"
+        assert client.get_trace_settings(model_name="linear")["trace_rate"] == "1000"
+        cleared = client.update_trace_settings(model_name="simple", settings={"trace_rate": None})
+        assert cleared == TRACE_DEFAULTS
+        assert client.get_trace_settings(model_name="simple") == TRACE_DEFAULTS
+
+
+def test_grpc_trace_settings(server: Server) -> None:
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        settings = client.get_trace_settings(model_name="simple_string", as_json=True)["settings"]
+        assert {k: v.get("value", []) for k, v in settings.items()} == {
+            k: v if isinstance(v, list) else [v] for k, v in TRACE_DEFAULTS.items()
+        }
+        updated = client.update_trace_settings(model_name="simple_string", settings={"trace_count": "7"})
+        assert list(updated.settings["trace_count"].value) == ["7"]
+        cleared = client.update_trace_settings(model_name="simple_string", settings={"trace_count": None})
+        assert list(cleared.settings["trace_count"].value) == ["-1"]
+
+
+def test_http_log_settings(server: Server) -> None:
+    with httpclient.InferenceServerClient(server.http) as client:
+        assert client.get_log_settings() == LOG_DEFAULTS
+        try:
+            updated = client.update_log_settings({"log_verbose_level": 1, "log_info": False})
+            assert updated == {**LOG_DEFAULTS, "log_verbose_level": 1, "log_info": False}
+            assert client.get_log_settings()["log_verbose_level"] == 1
+        finally:
+            restored = client.update_log_settings({"log_verbose_level": 0, "log_info": True})
+        assert restored == LOG_DEFAULTS
+
+
+def test_grpc_log_settings(server: Server) -> None:
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        settings = client.get_log_settings().settings
+        assert settings["log_file"].string_param == ""
+        assert settings["log_info"].bool_param is True
+        assert settings["log_verbose_level"].uint32_param == 0
+        assert settings["log_format"].string_param == "default"
+        try:
+            updated = client.update_log_settings({"log_verbose_level": 2}).settings
+            assert updated["log_verbose_level"].uint32_param == 2
+        finally:
+            client.update_log_settings({"log_verbose_level": 0})
+        assert client.get_log_settings().settings["log_verbose_level"].uint32_param == 0
+
+
+async def test_aio_settings(server: Server) -> None:
+    http = httpaio.InferenceServerClient(server.http)
+    rpc = grpcaio.InferenceServerClient(server.grpc)
+    try:
+        assert (await http.get_log_settings())["log_format"] == "default"
+        assert (await http.get_trace_settings())["trace_mode"] == "triton"
+        assert (await rpc.get_log_settings()).settings["log_error"].bool_param is True
+        assert list((await rpc.get_trace_settings()).settings["trace_level"].value) == ["OFF"]
+    finally:
+        await http.close()
+        await rpc.close()
+
+
+def test_metrics_endpoint(server: Server) -> None:
+    with httpclient.InferenceServerClient(server.http) as client:
+        client.infer("simple", http_inputs(*simple_arrays()))
+    response = httpx.get(f"http://{server.metrics}/metrics", timeout=30)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    for family in ("nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count"):
+        assert f"# TYPE {family} counter" in text
+    lines = [line for line in text.splitlines() if line.startswith("nv_inference_request_success{")]
+    simple = [line for line in lines if 'model="simple"' in line and 'version="1"' in line]
+    assert simple, lines
+    assert float(simple[0].rsplit(" ", 1)[1]) >= 1
+    assert httpx.get(f"http://{server.metrics}/metrics/", timeout=30).status_code == 200

@@ -1,0 +1,227 @@
+"""Start `turnout up` as a real process on loopback and hand its addresses to tests.
+
+Servers bind port 0 and report the ports they got on one ready line; we wait on that
+line (never on a sleep) and show the process's own output when it fails to start.
+This module imports no protos.*_pb2: test processes speak through tritonclient only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+READY_PREFIX = "TURNOUT_READY"
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+
+
+def make_models() -> ModuleType:
+    """scripts/make_models.py, the builders of the ONNX test models (scripts/ is no package)."""
+    name = "turnout_make_models"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "make_models.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Server:
+    """One running `turnout up`: its three addresses and everything it printed."""
+
+    http: str
+    grpc: str
+    metrics: str
+    process: subprocess.Popen[str]
+    repository: Path
+    lines: list[str] = field(default_factory=list)
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+class ServerFailedToStart(AssertionError):
+    pass
+
+
+def _pump(stream: object, sink: queue.Queue[str | None], lines: list[str]) -> None:
+    # Drains the child's output for its whole life, so a chatty child never blocks.
+    for line in stream:  # type: ignore[attr-defined]
+        lines.append(line)
+        sink.put(line)
+    sink.put(None)
+
+
+def _parse_ready(line: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+
+
+@contextlib.contextmanager
+def turnout_up(
+    repository: Path,
+    *flags: str,
+    start_timeout: float = START_TIMEOUT_S,
+    stop_timeout: float = STOP_TIMEOUT_S,
+) -> Iterator[Server]:
+    """Run `python -m gateway up` on `repository` with `flags`; yield once it prints its ready line."""
+    command = [
+        sys.executable,
+        "-m",
+        "gateway",
+        "up",
+        f"--model-repository={repository}",
+        "--host=127.0.0.1",
+        "--http-port=0",
+        "--grpc-port=0",
+        "--metrics-port=0",
+        "--exit-timeout-secs=5",
+        *flags,
+    ]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    sink: queue.Queue[str | None] = queue.Queue()
+    pump = threading.Thread(target=_pump, args=(process.stdout, sink, lines), daemon=True)
+    pump.start()
+    try:
+        server = _wait_ready(process, sink, lines, repository, start_timeout)
+        yield server
+    finally:
+        _stop(process, stop_timeout)
+        pump.join(timeout=5)
+
+
+def _wait_ready(
+    process: subprocess.Popen[str],
+    sink: queue.Queue[str | None],
+    lines: list[str],
+    repository: Path,
+    timeout: float,
+) -> Server:
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ServerFailedToStart(f"no {READY_PREFIX} line within {timeout:.0f}s; output:\n{''.join(lines)}")
+        try:
+            line = sink.get(timeout=remaining)
+        except queue.Empty:
+            continue
+        if line is None:
+            code = process.wait(timeout=10)
+            raise ServerFailedToStart(f"turnout up exited with {code} before it was ready; output:\n{''.join(lines)}")
+        if line.startswith(READY_PREFIX):
+            fields = _parse_ready(line)
+            missing = {"http", "grpc", "metrics"} - fields.keys()
+            if missing:
+                raise ServerFailedToStart(f"ready line lacks {sorted(missing)}: {line!r}")
+            return Server(fields["http"], fields["grpc"], fields["metrics"], process, repository, lines)
+
+
+def _stop(process: subprocess.Popen[str], timeout: float) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # The whole session: the supervisor and any sidecar it left behind.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+def write_repository(repo: Path, models: Sequence[str]) -> Path:
+    """Build the named test models into `repo` (see MODELS)."""
+    repo.mkdir(parents=True, exist_ok=True)
+    for name in models:
+        MODELS[name](repo)
+    return repo
+
+
+def _simple(repo: Path) -> None:
+    make_models().write_simple(repo)
+
+
+def _simple_string(repo: Path) -> None:
+    make_models().write_simple_string(repo)
+
+
+def _simple_identity(repo: Path) -> None:
+    make_models().write_identity(repo)
+
+
+def _linear(repo: Path) -> None:
+    make_models().write_linear(repo)
+
+
+def _identity_fp32(repo: Path) -> None:
+    make_models().write_identity(repo, name="identity_fp32", datatype="FP32")
+
+
+def _identity_fp16(repo: Path) -> None:
+    make_models().write_identity(repo, name="identity_fp16", datatype="FP16")
+
+
+def _simple_stats(repo: Path) -> None:
+    make_models().write_simple(repo, name="simple_stats")
+
+
+def _simple_batched(repo: Path) -> None:
+    make_models().write_simple(
+        repo,
+        name="simple_batched",
+        max_batch_size=32,
+        extra_config="dynamic_batching { max_queue_delay_microseconds: 20000 }",
+    )
+
+
+def _simple_int8(repo: Path) -> None:
+    make_models().write_simple(repo, name="simple_int8", datatype="INT8")
+
+
+MODELS = {
+    "simple": _simple,
+    "simple_string": _simple_string,
+    "simple_identity": _simple_identity,
+    "linear": _linear,
+    "identity_fp32": _identity_fp32,
+    "identity_fp16": _identity_fp16,
+    "simple_stats": _simple_stats,
+    "simple_batched": _simple_batched,
+    "simple_int8": _simple_int8,
+}
+
+
+def onnx_identity_bytes(tmp: Path, datatype: str = "FP32") -> bytes:
+    """The bytes of a fresh ONNX identity model, for uploads through the load API."""
+    model_dir = make_models().write_identity(tmp, name="upload_source", datatype=datatype, with_config=False)
+    return (model_dir / "1" / "model.onnx").read_bytes()
