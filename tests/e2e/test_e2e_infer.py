@@ -15,7 +15,6 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
-from tritonclient.utils import InferenceServerException
 from harness import Server
 from simple_requests import (
     check_simple,
@@ -25,6 +24,7 @@ from simple_requests import (
     simple_arrays,
     string_arrays,
 )
+from tritonclient.utils import InferenceServerException
 
 LINEAR_IN = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
 
@@ -189,7 +189,7 @@ def test_http_bytes_identity_variable_length(server: Server) -> None:
 
 def test_grpc_bytes(server: Server) -> None:
     a, b = string_arrays()
-    identity = np.array([[b"\x00\x01\x02\x03", "he\x00llo".encode(), b"turnout", b""]], dtype=np.object_)
+    identity = np.array([[b"\x00\x01\x02\x03", b"he\x00llo", b"turnout", b""]], dtype=np.object_)
     with grpcclient.InferenceServerClient(server.grpc) as client:
         result = client.infer(
             "simple_string", [_bytes_input(grpcclient, "INPUT0", a), _bytes_input(grpcclient, "INPUT1", b)]
