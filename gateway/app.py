@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import socket
@@ -28,6 +29,7 @@ from gateway.registry import StaticRegistry
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
 from gateway.upstream import SidecarClient
+from protos import grpc_service_pb2 as pb
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -134,7 +136,10 @@ async def serve(
             addresses["grpc"] = _host_port(settings.host, grpc_port)
 
         if settings.allow_metrics:
-            metrics_server = MetricsServer(metrics_registry, settings.host, settings.metrics_port)
+            statistics = functools.partial(gateway.model_statistics, pb.ModelStatisticsRequest())
+            metrics_server = MetricsServer(
+                metrics_registry, settings.host, settings.metrics_port, statistics, asyncio.get_running_loop()
+            )
             addresses["metrics"] = _host_port(settings.host, metrics_server.port)
 
         async with asyncio.TaskGroup() as tasks:

@@ -1,15 +1,22 @@
 """The gateway's own Prometheus metrics, kept in a registry the composition root owns.
 
-Per-model inference metrics in Triton's names come from the sidecars later; here
-the gateway counts the requests it routes, per model, protocol and outcome.
+The gateway counts the requests it routes, per model, protocol and outcome, and renders
+the sidecars' statistics under Triton's metric names.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socketserver
 import threading
-from wsgiref.simple_server import WSGIServer
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+
+log = logging.getLogger(__name__)
 
 
 class GatewayMetrics:
@@ -33,17 +40,121 @@ class GatewayMetrics:
         child.inc()
 
 
-class MetricsServer:
-    """Serves the registry as Prometheus text on its own thread (prometheus_client's WSGI server)."""
+# Triton's per-model families, read at scrape time from the sidecars' statistics, so one
+# scrape of the gateway shows the whole fleet's models (full metrics are a later issue).
+# prometheus_client would print counters as `<name>_total`; Triton's dashboards expect
+# the bare names, so these are rendered here in the text format.
+_FAMILIES = (
+    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
+    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes"),
+    ("nv_inference_count", "Number of inferences performed (does not include cached requests)"),
+    ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)"),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+    ),
+    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds"),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+    ),
+)
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        self._server: WSGIServer
-        self._thread: threading.Thread
-        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+
+def _values(stats: Any) -> tuple[int, ...]:
+    s = stats.inference_stats
+    return (
+        s.success.count,
+        s.fail.count,
+        stats.inference_count,
+        stats.execution_count,
+        (s.success.ns + s.fail.ns) // 1000,
+        s.queue.ns // 1000,
+        s.compute_input.ns // 1000,
+        s.compute_infer.ns // 1000,
+        s.compute_output.ns // 1000,
+    )
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_model_statistics(model_stats: Iterable[Any]) -> str:
+    """Triton's per-model counters in the Prometheus text format; families are declared
+    even when no model has samples, as Triton does."""
+    rows: list[list[str]] = [[] for _ in _FAMILIES]
+    for stats in model_stats:
+        labels = f'model="{_escape(stats.name)}",version="{_escape(stats.version)}"'
+        for index, ((name, _), value) in enumerate(zip(_FAMILIES, _values(stats), strict=True)):
+            extra = ',reason="OTHER"' if name.endswith("_failure") else ""
+            rows[index].append(f"{name}{{{labels}{extra}}} {value}")
+    lines: list[str] = []
+    for (name, text), samples in zip(_FAMILIES, rows, strict=True):
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} counter", *samples]
+    return "\n".join(lines) + "\n"
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
+        pass
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class MetricsServer:
+    """Serves `/metrics` (and `/metrics/`) on its own thread: the registry, then Triton's
+    per-model counters from `statistics`, a coroutine run on `loop` for each scrape."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        statistics: Callable[[], Coroutine[Any, Any, Any]] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        self._registry = registry
+        self._statistics = statistics
+        self._loop = loop
+        self._timeout = timeout
+        self._server = make_server(host, port, self._app, _ThreadingServer, handler_class=_QuietHandler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
+        self._thread.start()
 
     @property
     def port(self) -> int:
         return int(self._server.server_port)
+
+    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ.get("PATH_INFO") not in ("/metrics", "/metrics/"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"Not Found"]
+        body = generate_latest(self._registry) + self._model_statistics().encode()
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))])
+        return [body]
+
+    def _model_statistics(self) -> str:
+        if self._statistics is None or self._loop is None:
+            return render_model_statistics(())
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._statistics(), self._loop)
+            response: Any = future.result(self._timeout)
+        except Exception:  # a scrape must not fail because one sidecar is away
+            log.warning("model statistics unavailable for this scrape", exc_info=True)
+            return render_model_statistics(())
+        return render_model_statistics(response.model_stats)
 
     def close(self) -> None:
         self._server.shutdown()
