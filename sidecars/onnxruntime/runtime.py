@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,7 @@ class OnnxRuntime:
 
     def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
         path = _model_path(config, version_dir)
-        total = sum(group.count for group in config.instance_group)
-        options = _session_options(config, total)
+        options = _session_options(config)
         instances: list[ModelInstance] = []
         for group in config.instance_group:
             for index in range(group.count):
@@ -59,14 +57,16 @@ def _providers(group: mc.ModelInstanceGroup) -> list[str]:
     return ["CPUExecutionProvider"]
 
 
-def _session_options(config: mc.ModelConfig, instances: int) -> ort.SessionOptions:
+def _session_options(config: mc.ModelConfig) -> ort.SessionOptions:
     options = ort.SessionOptions()
     parameters = {key: value.string_value for key, value in config.parameters.items()}
-    # Instances already run in parallel; by default split the cores between them.
-    default_threads = max(1, (os.cpu_count() or 1) // max(instances, 1))
-    options.intra_op_num_threads = _int_parameter(parameters, _INTRA_OP, default_threads)
+    # As Triton's backend: ONNX Runtime's own default (one thread per core) unless set.
+    options.intra_op_num_threads = _int_parameter(parameters, _INTRA_OP, 0)
     options.inter_op_num_threads = _int_parameter(parameters, _INTER_OP, 1)
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # Idle pool threads would spin on cores the gateway and the other instances need;
+    # on a shared machine that costs more throughput than the wake-up it saves.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
 
