@@ -80,6 +80,7 @@ def turnout_up(
     *flags: str,
     start_timeout: float = START_TIMEOUT_S,
     stop_timeout: float = STOP_TIMEOUT_S,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """Run `python -m gateway up` on `repository` with `flags`; yield once it prints its ready line."""
     command = [
@@ -95,7 +96,7 @@ def turnout_up(
         "--exit-timeout-secs=5",
         *flags,
     ]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     process = subprocess.Popen(
         command,
         cwd=ROOT,
