@@ -1,8 +1,4 @@
-"""Shared test configuration: the harness module beside this file starts real servers.
-
-Nothing here imports protos.*_pb2 or gateway.core: test processes load tritonclient,
-which registers the same `inference.*` protobuf symbols.
-"""
+"""Shared test configuration: the harness module beside this file starts real servers."""
 
 from __future__ import annotations
 

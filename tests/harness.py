@@ -2,7 +2,6 @@
 
 Servers bind port 0 and report the ports they got on one ready line; we wait on that
 line (never on a sleep) and show the process's own output when it fails to start.
-This module imports no protos.*_pb2: test processes speak through tritonclient only.
 """
 
 from __future__ import annotations

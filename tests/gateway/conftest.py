@@ -1,7 +1,4 @@
-"""Fixtures for the gateway's own tests.
-
-These test processes import protos.*_pb2, so they must never import tritonclient.
-"""
+"""Fixtures for the gateway's own tests."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Helpers for the gateway's own tests: stand-in sidecar processes and an in-process gateway.
-
-These test processes import protos.*_pb2, so they must never import tritonclient.
-"""
+"""Helpers for the gateway's own tests: stand-in sidecar processes and an in-process gateway."""
 
 from __future__ import annotations
 

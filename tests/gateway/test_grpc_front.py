@@ -1,7 +1,4 @@
-"""Every RPC of the service goes through the gRPC front's one error wrapper.
-
-This process imports protos.*_pb2, so it must never import tritonclient.
-"""
+"""Every RPC of the service goes through the gRPC front's one error wrapper."""
 
 from __future__ import annotations
 

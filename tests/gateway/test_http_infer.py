@@ -1,7 +1,4 @@
-"""The HTTP infer translation: request bodies -> ModelInferRequest, ModelInferResponse -> bodies.
-
-This process imports protos.*_pb2, so it must never import tritonclient.
-"""
+"""The HTTP infer translation: request bodies -> ModelInferRequest, ModelInferResponse -> bodies."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Routing through a real gateway to real (stand-in) sidecar processes over gRPC.
-
-This process imports protos.*_pb2, so it must never import tritonclient.
-"""
+"""Routing through a real gateway to real (stand-in) sidecar processes over gRPC."""
 
 from __future__ import annotations
 

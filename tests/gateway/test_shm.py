@@ -1,7 +1,4 @@
-"""Client system shared memory: Triton's texts, and shm tensors through a real gateway.
-
-This process imports protos.*_pb2, so it must never import tritonclient.
-"""
+"""Client system shared memory: Triton's texts, and shm tensors through a real gateway."""
 
 from __future__ import annotations
 
