@@ -114,6 +114,7 @@ def repository_index(response: RepositoryIndexResponse) -> list[dict[str, Any]]:
             entry["version"] = model.version
         if model.state:
             entry["state"] = model.state
+        if model.reason:  # Triton leaves an empty reason out
             entry["reason"] = model.reason
         entries.append(entry)
     return entries
@@ -244,9 +245,20 @@ def trace_request(model_name: str, document: Any) -> TraceSettingRequest:
     return request
 
 
+# Protobuf maps keep no order; Triton prints settings in these orders.
+_TRACE_ORDER = ("trace_level", "trace_rate", "trace_count", "log_frequency", "trace_file", "trace_mode")
+_LOG_ORDER = ("log_file", "log_info", "log_warning", "log_error", "log_verbose_level", "log_format")
+
+
+def _ordered(keys: Any, order: tuple[str, ...]) -> list[str]:
+    rank = {key: index for index, key in enumerate(order)}
+    return sorted(keys, key=lambda key: (rank.get(key, len(order)), key))
+
+
 def trace_settings(response: TraceSettingResponse) -> dict[str, Any]:
     result: dict[str, Any] = {}
-    for key, setting in response.settings.items():
+    for key in _ordered(response.settings, _TRACE_ORDER):
+        setting = response.settings[key]
         values = list(setting.value)
         if key == "trace_level" or len(values) > 1:
             result[key] = values
@@ -272,7 +284,8 @@ def log_request(document: Any) -> LogSettingsRequest:
 
 def log_settings(response: LogSettingsResponse) -> dict[str, Any]:
     result: dict[str, Any] = {}
-    for key, setting in response.settings.items():
+    for key in _ordered(response.settings, _LOG_ORDER):
+        setting = response.settings[key]
         which = setting.WhichOneof("parameter_choice")
         result[key] = getattr(setting, which) if which else None
     return result

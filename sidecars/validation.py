@@ -140,7 +140,7 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
             if position == 0:
                 batch_size = shape[0]
             elif shape[0] != batch_size:
-                raise invalid_arg(f"input '{tensor.name}' batch size does not match other inputs for '{model}'")
+                raise invalid_arg(f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model}'")
             if batch_size > signature.max_batch_size:
                 raise invalid_arg(
                     f"{prefix}inference request batch-size must be <= {signature.max_batch_size} for '{model}'"

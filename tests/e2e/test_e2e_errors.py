@@ -158,7 +158,7 @@ def test_batch_dims_disagree(server: Server, protocol: str) -> None:
     _, b = simple_arrays(batch=2)
     module = _module(protocol)
     inputs = [_tensor(module, "INPUT0", a), _tensor(module, "INPUT1", b)]
-    text = "input 'INPUT1' batch size does not match other inputs for 'simple'"
+    text = UNKNOWN_ID + "input 'INPUT1' batch size does not match other inputs for 'simple'"
     _expect(server, protocol, "400", text, lambda c: c.infer("simple", inputs))
 
 

@@ -28,7 +28,7 @@ def _index(url: str) -> dict[str, dict]:
 def test_index_at_start(explicit_server: Server) -> None:
     with httpclient.InferenceServerClient(explicit_server.http) as client:
         entries = client.get_model_repository_index()
-    assert {"name": "simple", "version": "1", "state": "READY", "reason": ""} in entries
+    assert {"name": "simple", "version": "1", "state": "READY"} in entries
     # Models never loaded appear by name only.
     assert {"name": "simple_string"} in entries
     assert {"name": "identity_fp32"} in entries
@@ -190,7 +190,7 @@ def test_none_mode_refuses_load_and_unload(server: Server) -> None:
 
 def test_none_mode_index_lists_every_model_ready(server: Server) -> None:
     index = _index(server.http)
-    assert index[("simple", "1")] == {"name": "simple", "version": "1", "state": "READY", "reason": ""}
+    assert index[("simple", "1")] == {"name": "simple", "version": "1", "state": "READY"}
     assert index[("linear", "1")]["state"] == "READY"
     assert index[("linear", "2")]["state"] == "READY"
     with grpcclient.InferenceServerClient(server.grpc) as client:

@@ -418,9 +418,11 @@ def test_statistics_numbers():
 def test_repository_index_entries():
     response = RepositoryIndexResponse()
     response.models.add(name="a", version="1", state="READY", reason="")
+    response.models.add(name="a", version="2", state="UNAVAILABLE", reason="unloaded")
     response.models.add(name="b")
     assert http_json.repository_index(response) == [
-        {"name": "a", "version": "1", "state": "READY", "reason": ""},
+        {"name": "a", "version": "1", "state": "READY"},  # Triton leaves an empty reason out
+        {"name": "a", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"},
         {"name": "b"},
     ]
 

@@ -122,7 +122,7 @@ def test_batch_dims_disagree(client: grpcclient.InferenceServerClient) -> None:
         "simple",
         [int_input("INPUT0", np.zeros((2, 16), dtype=np.int32)), int_input("INPUT1", np.zeros((1, 16), np.int32))],
     )
-    assert message == "input 'INPUT1' batch size does not match other inputs for 'simple'"
+    assert message == "[request id: <id_unknown>] input 'INPUT1' batch size does not match other inputs for 'simple'"
 
 
 def test_byte_size_mismatch(client: grpcclient.InferenceServerClient) -> None:
