@@ -52,7 +52,8 @@ _CONFIG_STRING_INT64 = frozenset(
 
 
 def _numbers(descriptor: Descriptor, value: dict[str, Any], keep: frozenset[tuple[str, str]]) -> None:
-    """Rewrite, in place, the 64-bit integers MessageToDict printed as strings."""
+    """Rewrite, in place, the 64-bit integers MessageToDict printed as strings, and put
+    the keys in the .proto's declaration order, as Triton prints them."""
     for fd in descriptor.fields:
         if fd.name not in value:
             continue
@@ -73,6 +74,9 @@ def _numbers(descriptor: Descriptor, value: dict[str, Any], keep: frozenset[tupl
                 _numbers(sub, item, keep)
         elif fd.type in _INT64_TYPES and (descriptor.full_name, fd.name) not in keep:
             value[fd.name] = [int(v) for v in item] if isinstance(item, list) else int(item)
+    ordered = {fd.name: value[fd.name] for fd in descriptor.fields if fd.name in value}
+    value.clear()
+    value.update(ordered)
 
 
 def _to_dict(message: Message, keep: frozenset[tuple[str, str]] = frozenset()) -> dict[str, Any]:

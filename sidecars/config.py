@@ -66,6 +66,10 @@ def fill_core_defaults(config: mc.ModelConfig, model: str, framework: str) -> No
     policy = config.version_policy
     if not config.HasField("version_policy") or (policy.HasField("latest") and policy.latest.num_versions == 0):
         policy.latest.num_versions = 1
+    if not config.HasField("optimization"):
+        # Triton's core defaults: pinned host buffers for inputs and outputs.
+        config.optimization.input_pinned_memory.enable = True
+        config.optimization.output_pinned_memory.enable = True
     _fill_instance_groups(config)
 
 

@@ -89,6 +89,9 @@ class VersionStatistics:
         self.compute_input.fill(stats.compute_input)
         self.compute_infer.fill(stats.compute_infer)
         self.compute_output.fill(stats.compute_output)
+        # No response cache here; Triton still reports both, as zeros.
+        stats.cache_hit.SetInParent()
+        stats.cache_miss.SetInParent()
         for size in sorted(self.batches):
             durations = self.batches[size]
             entry = target.batch_stats.add(batch_size=size)
