@@ -26,7 +26,14 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 @click.command(context_settings={"auto_envvar_prefix": "TURNOUT_SIDECAR", "show_default": True})
 @click.option("--framework", required=True, type=click.Choice(sorted(RUNTIMES)))
-@click.option("--model-repository", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--model-repository",
+    "model_repositories",
+    required=True,
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="repeatable; a model name may appear in only one",
+)
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", default=0, type=click.IntRange(0, 65535), help="0 binds a free port")
 @click.option("--model-control-mode", default="none", type=click.Choice([m.value for m in ControlMode]))
@@ -47,7 +54,7 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--lane-port", default=0, type=click.IntRange(0, 65535), help="TCP lane port; 0 binds a free port")
 def main(
     framework: str,
-    model_repository: Path,
+    model_repositories: tuple[Path, ...],
     host: str,
     port: int,
     model_control_mode: str,
@@ -71,7 +78,7 @@ def main(
         raise click.BadParameter(f"default-max-batch-size must be an integer, got '{default_max}'") from exc
     settings = SidecarSettings(
         framework=framework,
-        model_repository=model_repository,
+        model_repositories=model_repositories,
         host=host,
         port=port,
         model_control_mode=ControlMode(model_control_mode),

@@ -13,7 +13,7 @@ from protos import model_config_pb2 as mc
 from protos.status import TurnoutError, internal, invalid_arg, not_found, unavailable
 from sidecars.batcher import DynamicBatcher
 from sidecars.config import check, fill_core_defaults, load_failure, read_config
-from sidecars.repository import Repository, UploadedModel, select_versions, version_numbers
+from sidecars.repository import Repository, UploadedModel, duplicate_failure, select_versions, version_numbers
 from sidecars.responses import read_labels
 from sidecars.runtime import ModelInstance, Runtime
 from sidecars.settings import ControlMode, SidecarSettings
@@ -82,7 +82,7 @@ class ModelManager:
     def __init__(self, settings: SidecarSettings, runtime: Runtime) -> None:
         self.settings = settings
         self.runtime = runtime
-        self.repository = Repository(settings.model_repository, settings.framework)
+        self.repository = Repository(settings.model_repositories, settings.framework)
         self.models: dict[str, ModelEntry] = {}
         self.exiting = False
 
@@ -144,6 +144,8 @@ class ModelManager:
             found = self.repository.find(name)
             if found is None:
                 raise load_failure(name, "failed to poll from model repository")
+            if found.duplicates:
+                raise load_failure(name, duplicate_failure(found))
             folder, fingerprint = found.path, found.fingerprint
         entry = self.models.setdefault(name, ModelEntry(name))
         async with entry.lock:
@@ -293,9 +295,15 @@ class ModelManager:
 
     def index(self, ready_only: bool) -> list[IndexEntry]:
         """One entry per (model, version); models never loaded as their name alone."""
-        names = set(self.repository.scan()) | set(self.models)
+        folders = self.repository.scan()
+        names = set(folders) | set(self.models)
         entries: list[IndexEntry] = []
         for name in sorted(names):
+            folder = folders.get(name)
+            if folder is not None and folder.duplicates:
+                if not ready_only:
+                    entries.append(IndexEntry(name, "", State.UNAVAILABLE.value, duplicate_failure(folder)))
+                continue
             entry = self.models.get(name)
             if entry is None or not entry.versions:
                 if not ready_only:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from protos import layout
@@ -20,30 +21,37 @@ class ModelFolder:
     name: str
     path: Path
     fingerprint: tuple[tuple[str, int, int], ...]
+    duplicates: tuple[Path, ...] = ()  # same name in other repositories: the model cannot load
 
 
 class Repository:
-    """Reads one repository folder; only models of `framework` are ever listed."""
+    """Reads one or more repository folders; only models of `framework` are ever listed."""
 
-    def __init__(self, root: Path, framework: str) -> None:
-        self.root = root
+    def __init__(self, roots: Sequence[Path], framework: str) -> None:
+        self.roots = tuple(roots)
         self.framework = framework
 
     def scan(self) -> dict[str, ModelFolder]:
         """Every model folder of this framework, by name. Anything else is ignored."""
         found: dict[str, ModelFolder] = {}
-        if not self.root.is_dir():
-            return found
-        for entry in sorted(self.root.iterdir()):
-            folder = self._folder(entry)
-            if folder is not None:
-                found[folder.name] = folder
+        for root in self.roots:
+            if not root.is_dir():
+                continue
+            for entry in sorted(root.iterdir()):
+                folder = self._folder(entry)
+                if folder is not None:
+                    found[folder.name] = _merge(found.get(folder.name), folder)
         return found
 
     def find(self, name: str) -> ModelFolder | None:
         if not name or "/" in name or name in (".", ".."):
             return None
-        return self._folder(self.root / name)
+        found: ModelFolder | None = None
+        for root in self.roots:
+            folder = self._folder(root / name)
+            if folder is not None:
+                found = _merge(found, folder)
+        return found
 
     def _folder(self, path: Path) -> ModelFolder | None:
         try:
@@ -52,6 +60,17 @@ class Repository:
             return ModelFolder(path.name, path, _fingerprint(path))
         except OSError:
             return None  # a folder removed or unreadable mid-scan is not a model
+
+
+def _merge(first: ModelFolder | None, another: ModelFolder) -> ModelFolder:
+    if first is None:
+        return another
+    return replace(first, duplicates=(*first.duplicates, another.path))
+
+
+def duplicate_failure(folder: ModelFolder) -> str:
+    places = ", ".join(str(p.parent) for p in (folder.path, *folder.duplicates))
+    return f"model '{folder.name}' appears in more than one model repository ({places})"
 
 
 def _fingerprint(path: Path) -> tuple[tuple[str, int, int], ...]:

@@ -18,7 +18,7 @@ class ControlMode(enum.Enum):
 @dataclass(frozen=True)
 class SidecarSettings:
     framework: str
-    model_repository: Path
+    model_repositories: tuple[Path, ...]
     host: str = "127.0.0.1"
     port: int = 0
     model_control_mode: ControlMode = ControlMode.NONE

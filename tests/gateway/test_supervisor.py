@@ -123,3 +123,17 @@ def test_flags_read_the_environment(tmp_path: Path) -> None:
     with turnout_up(repo, env={"TURNOUT_UP_MODEL_CONTROL_MODE": "explicit"}) as server:
         # explicit mode loads nothing unless asked
         assert httpx.get(f"http://{server.http}/v2/models/simple/ready").status_code == 400
+
+
+def test_models_from_several_repositories(tmp_path: Path) -> None:
+    first = write_repository(tmp_path / "first", ["simple", "linear"])
+    second = write_repository(tmp_path / "second", ["simple_string", "linear"])
+    with turnout_up(first, f"--model-repository={second}", "--exit-on-error=false") as server:
+        index = httpx.post(f"http://{server.http}/v2/repository/index").json()
+        by_name = {entry["name"]: entry for entry in index}
+        assert by_name["simple"]["state"] == "READY"
+        assert by_name["simple_string"]["state"] == "READY"
+        # A name in two repositories is ambiguous: it does not load, and the index says why.
+        assert by_name["linear"]["state"] == "UNAVAILABLE"
+        assert "more than one model repository" in by_name["linear"]["reason"]
+        assert httpx.get(f"http://{server.http}/v2/models/simple_string/ready").status_code == 200
