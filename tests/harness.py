@@ -204,6 +204,26 @@ def _simple_batched(repo: Path) -> None:
     )
 
 
+def _simple_queue(repo: Path) -> None:
+    # Holds a request a second in the queue, and queues at most one.
+    make_models().write_simple(
+        repo,
+        name="simple_queue",
+        extra_config="dynamic_batching { max_queue_delay_microseconds: 1000000 "
+        "default_queue_policy { max_queue_size: 1 } }",
+    )
+
+
+def _simple_timeout(repo: Path) -> None:
+    # Holds requests 3 s in the queue but lets them wait 0.1 s.
+    make_models().write_simple(
+        repo,
+        name="simple_timeout",
+        extra_config="dynamic_batching { max_queue_delay_microseconds: 3000000 "
+        "default_queue_policy { default_timeout_microseconds: 100000 timeout_action: REJECT } }",
+    )
+
+
 def _simple_int8(repo: Path) -> None:
     make_models().write_simple(repo, name="simple_int8", datatype="INT8")
 
@@ -218,6 +238,8 @@ MODELS = {
     "simple_stats": _simple_stats,
     "simple_batched": _simple_batched,
     "simple_int8": _simple_int8,
+    "simple_queue": _simple_queue,
+    "simple_timeout": _simple_timeout,
 }
 
 

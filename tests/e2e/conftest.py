@@ -21,6 +21,8 @@ DEFAULT_MODELS = (
     "identity_fp16",
     "simple_stats",
     "simple_batched",
+    "simple_queue",
+    "simple_timeout",
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from simple_requests import (
     simple_arrays,
 )
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
 
 UNKNOWN_ID = "[request id: <id_unknown>] "
 SHAPE_NOTE = (
@@ -32,7 +34,12 @@ SHAPE_NOTE = (
     "to each input shape. If you want to specify the full shape including the batch dim in your input dims "
     "config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
 )
-GRPC_CODE = {"400": "StatusCode.INVALID_ARGUMENT", "404": "StatusCode.NOT_FOUND", "500": "StatusCode.INTERNAL"}
+GRPC_CODE = {
+    "400": "StatusCode.INVALID_ARGUMENT",
+    "404": "StatusCode.NOT_FOUND",
+    "500": "StatusCode.INTERNAL",
+    "503": "StatusCode.UNAVAILABLE",
+}
 
 
 def _module(protocol: str) -> Any:
@@ -160,6 +167,57 @@ def test_batch_dims_disagree(server: Server, protocol: str) -> None:
     inputs = [_tensor(module, "INPUT0", a), _tensor(module, "INPUT1", b)]
     text = UNKNOWN_ID + "input 'INPUT1' batch size does not match other inputs for 'simple'"
     _expect(server, protocol, "400", text, lambda c: c.infer("simple", inputs))
+
+
+@PROTOCOLS
+def test_full_queue(server: Server, protocol: str) -> None:
+    # simple_queue holds a request a second and queues at most one: of three sent at
+    # once, one is answered and two are refused at once.
+    module = _module(protocol)
+    a, b = simple_arrays()
+    inputs = [_tensor(module, "INPUT0", a), _tensor(module, "INPUT1", b)]
+    if protocol == "http":
+        with httpclient.InferenceServerClient(server.http, concurrency=3) as client:
+            pending = [client.async_infer("simple_queue", inputs) for _ in range(3)]
+            outcomes = [_outcome(p.get_result) for p in pending]
+    else:
+        with grpcclient.InferenceServerClient(server.grpc) as client:
+            results: list[Any] = []
+            for _ in range(3):
+                client.async_infer("simple_queue", inputs, callback=lambda result, error: results.append(error))
+            _wait_for(lambda: len(results) == 3)
+            outcomes = results
+    refused = [o for o in outcomes if o is not None]
+    assert len(refused) == 2
+    status = "503" if protocol == "http" else "StatusCode.UNAVAILABLE"
+    assert {(e.status(), e.message()) for e in refused} == {(status, UNKNOWN_ID + "Exceeds maximum queue size")}
+    if protocol == "http":
+        assert_http_serves(server.http)
+    else:
+        assert_grpc_serves(server.grpc)
+
+
+@PROTOCOLS
+def test_queue_timeout(server: Server, protocol: str) -> None:
+    module = _module(protocol)
+    a, b = simple_arrays()
+    inputs = [_tensor(module, "INPUT0", a), _tensor(module, "INPUT1", b)]
+    _expect(server, protocol, "503", "Request timeout expired", lambda c: c.infer("simple_timeout", inputs))
+
+
+def _outcome(call: Callable[[], Any]) -> InferenceServerException | None:
+    try:
+        call()
+    except InferenceServerException as exc:
+        return exc
+    return None
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the callbacks"
+        time.sleep(0.01)
 
 
 @PROTOCOLS
