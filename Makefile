@@ -7,12 +7,18 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 
 .PHONY: setup run test lint protos models bench clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed .tools/consul/usr/bin/consul
 
+# The fleet tests run a real Consul agent: Debian bullseye's, fetched by a project script.
+.tools/consul/usr/bin/consul: scripts/install-consul
+	scripts/install-consul
+
+# The CPU install: constraints.txt pins torch to its CPU build. GPU machines add the
+# onnxruntime-gpu / tensorrt extras themselves; this install never pulls them.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
-	$(PIP) install -c constraints.txt -e '.[onnxruntime,test]'
+	$(PIP) install -c constraints.txt -e '.[onnxruntime,pytorch,test]'
 	touch $@
 
 run: setup

@@ -1,6 +1,7 @@
 """`python -m bench` (or `make bench`): simple and an FP32 MLP through the gateway
-(gRPC and HTTP binary) beside in-process ONNX Runtime and a plain echo server, all in
-one run, so the ratios hold on a noisy machine.
+(gRPC and HTTP binary) beside in-process ONNX Runtime and a plain echo server, and the
+same MLP as TorchScript through the gateway's PyTorch sidecar beside in-process torch,
+all in one run, so the ratios hold on a noisy machine.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from bench.load import Figures, run_async, run_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from make_models import write_mlp, write_simple  # noqa: E402
+from make_models import write_mlp, write_simple, write_torch_mlp  # noqa: E402
 
 MODELS = {
     "simple": {"INPUT0": ("INT32", (1, 16)), "INPUT1": ("INT32", (1, 16))},
     "mlp": {"INPUT0": ("FP32", (1, 512))},
+    "mlp_torch": {"INPUT0": ("FP32", (1, 512))},
 }
 
 
@@ -94,6 +96,25 @@ def _in_process(model_file: Path, arrays: dict[str, np.ndarray], conc: int, warm
     return run_threads(lambda: session.run(None, arrays), conc, warmup, dur)
 
 
+def _in_process_torch(model_file: Path, arrays: dict[str, np.ndarray], conc: int, warmup: float, dur: float) -> Figures:
+    import torch
+
+    module = torch.jit.load(str(model_file))
+    tensors = {name: torch.from_numpy(array) for name, array in arrays.items()}
+
+    def call() -> object:
+        with torch.inference_mode():
+            return module(**tensors).numpy()
+
+    return run_threads(call, conc, warmup, dur)
+
+
+def _has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default="simple,mlp")
@@ -108,6 +129,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as repo:
         write_simple(Path(repo))
         write_mlp(Path(repo))
+        with_torch = _has_torch() and "mlp" in models
+        if with_torch:
+            write_torch_mlp(Path(repo), "mlp_torch")
         gateway_cmd = [sys.executable, "-m", "gateway", "up", f"--model-repository={repo}", "--host=127.0.0.1"]
         gateway_cmd += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--log-info=false"]
         with _process(gateway_cmd, "TURNOUT_READY") as ready:
@@ -127,16 +151,26 @@ def main() -> None:
                             ("turnout, gRPC", asyncio.run(_grpc(fields["grpc"], model, arrays, conc, w, d))),
                             ("turnout, HTTP binary", asyncio.run(_http(fields["http"], model, arrays, conc, w, d))),
                         ]
+                        if with_torch and model == "mlp":
+                            torch_file = Path(repo) / "mlp_torch" / "1" / "model.pt"
+                            torch_url = fields["grpc"]
+                            cells += [
+                                ("in-process torch (jit)", _in_process_torch(torch_file, arrays, conc, w, d)),
+                                (
+                                    "turnout TorchScript, gRPC",
+                                    asyncio.run(_grpc(torch_url, "mlp_torch", arrays, conc, w, d)),
+                                ),
+                            ]
                         rows += [(model, conc, path, figures) for path, figures in cells]
                         _print(rows[-len(cells) :])
 
 
 def _print(rows: list[tuple[str, int, str, Figures]]) -> None:
     base = rows[0][3].throughput
-    print(f"\n{'model':<8}{'conc':>5}  {'path':<24}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'vs in-proc':>12}")
+    print(f"\n{'model':<8}{'conc':>5}  {'path':<27}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'vs in-proc':>12}")
     for model, conc, path, f in rows:
         ratio = f.throughput / base
-        print(f"{model:<8}{conc:>5}  {path:<24}{f.throughput:>10.0f}{f.p50_ms:>9.2f}{f.p99_ms:>9.2f}{ratio:>11.2f}x")
+        print(f"{model:<8}{conc:>5}  {path:<27}{f.throughput:>10.0f}{f.p50_ms:>9.2f}{f.p99_ms:>9.2f}{ratio:>11.2f}x")
     sys.stdout.flush()
 
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
 import signal
 import socket
 import sys
@@ -21,11 +22,17 @@ import grpc
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from gateway.balancer import Balancer
+from gateway.consul import ConsulClient
 from gateway.core import Gateway
+from gateway.discovery import ConsulRegistry
+from gateway.dispatch import Dispatcher
 from gateway.grpc_front import build_grpc_server
 from gateway.metrics import GatewayMetrics, MetricsServer
 from gateway.observability import LogSettings
-from gateway.registry import StaticRegistry
+from gateway.policies import PolicyStore, read_routing_file, watch_kv
+from gateway.policy import PolicyError
+from gateway.registry import ModelRegistry, StaticRegistry
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
 from gateway.upstream import SidecarClient
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 READY_PREFIX = "TURNOUT_READY"
+FIRST_DISCOVERY_SECS = 5.0  # how long start-up waits for Consul's first answer
 
 
 class _HttpServer(uvicorn.Server):
@@ -104,15 +112,32 @@ async def serve(
     logs.apply()
     metrics_registry = CollectorRegistry()
     metrics = GatewayMetrics(metrics_registry)
+    try:
+        policies = PolicyStore(read_routing_file(settings.routing_file) if settings.routing_file else {})
+    except PolicyError as exc:
+        print(f"turnout gateway: {exc}", file=sys.stderr, flush=True)
+        return 1
+    rng = random.Random(settings.routing_seed)
+    balancer = Balancer(random.Random(rng.random()), metrics)
     clients = [SidecarClient(s.framework, s.address, s.lane) for s in settings.sidecars]
-    models = StaticRegistry(clients)
+    consul = ConsulClient(settings.consul) if settings.consul else None
+    discovery = ConsulRegistry(consul, settings.consul_service, balancer, metrics) if consul is not None else None
+    models: ModelRegistry = discovery if discovery is not None else StaticRegistry(clients)
+    dispatcher = Dispatcher(models, policies, balancer, metrics, rng)
     shared_memory = SharedMemory(settings.allow_client_shm)
-    gateway = Gateway(settings, models, shared_memory, metrics, logs=logs)
+    gateway = Gateway(settings, models, shared_memory, metrics, logs=logs, dispatcher=dispatcher)
+    # The Consul watches run for the gateway's whole life; cancelled in the finally below.
+    watches: list[asyncio.Task[None]] = []
 
     grpc_server: grpc.aio.Server | None = None
     http_server: _HttpServer | None = None
     metrics_server: MetricsServer | None = None
     try:
+        if consul is not None and discovery is not None:
+            watches.append(asyncio.create_task(discovery.watch()))
+            watches.append(asyncio.create_task(watch_kv(consul, settings.routing_kv_prefix, policies)))
+            if not await discovery.wait_first(FIRST_DISCOVERY_SECS):
+                logger.warning("consul at %s has not answered yet; serving, and watching on", settings.consul)
         await models.refresh()
         addresses: dict[str, str] = {}
 
@@ -157,7 +182,16 @@ async def serve(
         # Close upstreams last: in-flight requests needed them until the drain ended.
         if metrics_server is not None:
             metrics_server.close()
+        for watch in watches:
+            watch.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+        await gateway.close()
+        await balancer.close()
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        if discovery is not None:
+            await discovery.close()
+        if consul is not None:
+            await consul.close()
         shared_memory.close()
     return 0
 

@@ -43,6 +43,14 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--log-warning", default=True, **_BOOL),
         click.option("--log-error", default=True, **_BOOL),
         click.option("--log-format", type=click.Choice(["default", "ISO8601"]), default="default", show_default=True),
+        click.option(
+            "--routing",
+            "routing_file",
+            type=click.Path(exists=True, dir_okay=False),
+            default=None,
+            help="YAML routing policies: models: {<model>: {weights: {'1': 90, '2': 10}, sticky_header: x-user}}.",
+        ),
+        click.option("--routing-seed", type=int, default=None, help="Seed for weighted draws (replayable runs)."),
     ]
     for option in reversed(options):
         function = option(function)
@@ -51,6 +59,7 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def _gateway_settings(sidecars: tuple[SidecarAddress, ...], **flags: Any) -> GatewaySettings:
     keys = GatewaySettings.__dataclass_fields__.keys()
+    flags["routing_file"] = flags.get("routing_file") or ""
     return GatewaySettings(sidecars=sidecars, **{k: v for k, v in flags.items() if k in keys})
 
 
@@ -109,14 +118,24 @@ def up(
     "--sidecar",
     "sidecars",
     multiple=True,
-    required=True,
     help="FRAMEWORK=HOST:PORT[,LANE] of a sidecar to route to (repeatable); LANE is its infer lane.",
+)
+@click.option("--consul", default="", help="HOST:PORT of a Consul agent's HTTP API: discover sidecars there.")
+@click.option("--consul-service", default="turnout-sidecar", show_default=True, help="Service the sidecars register.")
+@click.option(
+    "--routing-kv-prefix",
+    default="turnout/routing/",
+    show_default=True,
+    help="Consul KV prefix watched for routing policies (one JSON value per model).",
 )
 @_gateway_options
 def gateway(sidecars: tuple[str, ...], **flags: Any) -> None:
-    """Run the gateway alone, routing to sidecars that already run."""
+    """Run the gateway alone, routing to sidecars that already run (--sidecar) or that
+    Consul lists (--consul)."""
     from gateway.app import run
 
+    if not sidecars and not flags["consul"]:
+        raise click.UsageError("give --sidecar (repeatable) or --consul")
     addresses = []
     for spec in sidecars:
         framework, sep, rest = spec.partition("=")

@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from gateway.balancer import Balancer
+from gateway.dispatch import NO_CONTEXT, Dispatcher, RequestContext, with_version
+from gateway.fleet import combine_indexes, on_replicas
 from gateway.metrics import GatewayMetrics
 from gateway.observability import LogSettings, LogValue, TraceSettings
+from gateway.policies import PolicyStore
 from gateway.registry import ModelRegistry
 from gateway.settings import GatewaySettings
+from gateway.shadow import ShadowMirror
 from gateway.shm import SharedMemory
-from gateway.upstream import SidecarClient
+from gateway.upstream import READY_TIMEOUT_SECS, SidecarClient
 from protos import grpc_service_pb2 as pb
 from protos.status import Status, TurnoutError, invalid_arg, not_found, unavailable, unsupported
 
@@ -75,9 +81,14 @@ class Gateway:
         metrics: GatewayMetrics,
         traces: TraceSettings | None = None,
         logs: LogSettings | None = None,
+        dispatcher: Dispatcher | None = None,
     ) -> None:
         self._settings = settings
         self._registry = registry
+        self._dispatcher = dispatcher or Dispatcher(
+            registry, PolicyStore(), Balancer(random.Random(0), metrics), metrics, random.Random(0)
+        )
+        self._shadows = ShadowMirror(self._dispatcher, metrics)
         self._shm = shared_memory
         self._metrics = metrics
         self._traces = traces or TraceSettings()
@@ -96,6 +107,10 @@ class Gateway:
     @property
     def draining(self) -> bool:
         return self._draining
+
+    async def close(self) -> None:
+        """Cancel shadow requests still running; call after the front ends drained."""
+        await self._shadows.close()
 
     def start_draining(self) -> None:
         """From now on: not ready, and new inference and repository requests are refused."""
@@ -117,9 +132,10 @@ class Gateway:
         if client is None:
             return False
         try:
-            response = await client.call("ModelReady", request, pb.ModelReadyResponse)
+            response = await client.call("ModelReady", request, pb.ModelReadyResponse, timeout=READY_TIMEOUT_SECS)
         except TurnoutError as exc:
-            if exc.status is Status.NOT_FOUND:
+            # A sidecar that is gone (killed, paused) cannot serve its models: not ready.
+            if exc.status in (Status.NOT_FOUND, Status.UNAVAILABLE):
                 return False
             raise
         return bool(response.ready)
@@ -137,32 +153,43 @@ class Gateway:
 
     # --- inference ----------------------------------------------------------------
 
-    async def infer(self, request: pb.ModelInferRequest, encoded: bytes | None = None) -> bytes:
+    async def infer(
+        self, request: pb.ModelInferRequest, encoded: bytes | None = None, context: RequestContext = NO_CONTEXT
+    ) -> bytes:
+        """Route one inference. `encoded` is the request exactly as received over gRPC
+        (only the gRPC front passes it), forwarded as is unless the gateway must change it."""
         if self._draining:
             raise unavailable(SERVER_EXITING)
         model = request.model_name
-        client = self._registry.owner(model) or await self._owner(model)
-        # Only the gRPC front passes the request as received, so `encoded` tells the protocol.
         protocol = "grpc" if encoded is not None else "http"
+        if not self._registry.replicas(model, ""):
+            await self._owner(model)  # an unknown model fails here, before it counts as a request
+        decision = self._dispatcher.decide(model, request.model_version, context)
+        version = decision.version
         try:
-            if encoded is not None and not uses_shared_memory(request):
-                response = await client.infer(encoded)
+            if uses_shared_memory(request):
+                response = await self._infer_resolved(request, version, context)
             else:
-                response = await self._infer_resolved(client, request)
+                payload = request.SerializeToString() if encoded is None else encoded
+                if version != request.model_version:
+                    payload = with_version(payload, version)
+                response = await self._dispatcher.send(model, version, payload, context)
+                if decision.shadow:
+                    # After the primary answered, so the copy can neither delay nor fail it.
+                    self._shadows.mirror(model, decision.shadow, payload, response)
         except TurnoutError:
             self._metrics.count_request(model, protocol, False)
             raise
         self._metrics.count_request(model, protocol, True)
         return response
 
-    async def _infer_resolved(self, client: SidecarClient, request: pb.ModelInferRequest) -> bytes:
+    async def _infer_resolved(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:
         """Infer with shared-memory tensors resolved: input regions become raw contents,
         output regions receive the raw outputs, which leave the response empty."""
-        if not uses_shared_memory(request):
-            return await client.infer(request.SerializeToString())
         self._shm.check_enabled()
         forward = pb.ModelInferRequest()
         forward.CopyFrom(request)
+        forward.model_version = version
         del forward.raw_input_contents[:]
         received = request.raw_input_contents
         next_raw = 0
@@ -196,7 +223,7 @@ class Gateway:
                 targets[output.name] = (region, offset, byte_size)
                 _strip_shm(params)
 
-        encoded = await client.infer(forward.SerializeToString())
+        encoded = await self._dispatcher.send(request.model_name, version, forward.SerializeToString(), context)
         if not targets:
             return encoded
         response = pb.ModelInferResponse.FromString(encoded)
@@ -227,9 +254,11 @@ class Gateway:
         return merged
 
     async def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
-        models: list[pb.RepositoryIndexResponse.ModelIndex] = []
-        for answer in await self._all(lambda c: c.call("RepositoryIndex", request, pb.RepositoryIndexResponse)):
-            models.extend(answer.models)
+        async def listing(client: SidecarClient) -> tuple[str, Any]:
+            answer = await client.call("RepositoryIndex", request, pb.RepositoryIndexResponse)
+            return client.framework, answer.models
+
+        models = combine_indexes(await self._all(listing))
         models.sort(key=lambda m: m.name)  # stable: each model's versions keep their order
         return pb.RepositoryIndexResponse(models=models)
 
@@ -246,7 +275,7 @@ class Gateway:
         if client is None:
             raise unavailable(f"failed to load '{request.model_name}', no sidecar is configured")
         try:
-            await client.call("RepositoryModelLoad", request, pb.RepositoryModelLoadResponse)
+            await on_replicas(self._registry.peers(client) or (client,), "RepositoryModelLoad", request)
         finally:
             await self._registry.refresh()
 
@@ -258,7 +287,7 @@ class Gateway:
         if client is None:
             raise unknown_model(request.model_name)
         try:
-            await client.call("RepositoryModelUnload", request, pb.RepositoryModelUnloadResponse)
+            await on_replicas(self._registry.peers(client) or (client,), "RepositoryModelUnload", request)
         finally:
             await self._registry.refresh()
 

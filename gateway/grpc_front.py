@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.core import Gateway
+from gateway.dispatch import NO_CONTEXT, RequestContext
 from protos import grpc_service_pb2 as pb
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE
 from protos.status import GRPC_STATUS, TurnoutError
@@ -65,6 +67,17 @@ def stream_error(message: str, request_id: str) -> bytes:
     response.infer_response.parameters["triton_final_response"].bool_param = True
     serialized: bytes = response.SerializeToString()
     return serialized
+
+
+def _request_context(context: Any) -> RequestContext:
+    """The call's metadata (routing may read a sticky key there) and its deadline."""
+    metadata = context.invocation_metadata()
+    remaining = context.time_remaining()
+    if not metadata and remaining is None:
+        return NO_CONTEXT
+    headers = {key: value for key, value in metadata or () if isinstance(value, str)}
+    deadline = time.monotonic() + remaining if remaining is not None else None
+    return RequestContext(headers, deadline)
 
 
 def guarded(name: str, gateway: Gateway, handler: Handler) -> Handler:
@@ -133,19 +146,20 @@ class InferenceService:
         return await self._gateway.model_metadata(request)
 
     async def ModelInfer(self, request: bytes, context: Any) -> bytes:
-        return await self._gateway.infer(pb.ModelInferRequest.FromString(request), request)
+        return await self._gateway.infer(pb.ModelInferRequest.FromString(request), request, _request_context(context))
 
     async def ModelStreamInfer(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         # Each request runs concurrently; its response (or in-band error) is queued as
         # it completes. The stream ends once the client is done and all have answered.
         responses: asyncio.Queue[bytes | None] = asyncio.Queue()
+        call_context = _request_context(context)
 
         async def one(encoded: bytes) -> None:
             request_id = ""
             try:
                 request = pb.ModelInferRequest.FromString(encoded)
                 request_id = request.id
-                responses.put_nowait(stream_response(await self._gateway.infer(request, encoded)))
+                responses.put_nowait(stream_response(await self._gateway.infer(request, encoded, call_context)))
             except TurnoutError as exc:
                 responses.put_nowait(stream_error(exc.message, request_id))
             except Exception as exc:

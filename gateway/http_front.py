@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway import http_json
+from gateway.dispatch import RequestContext
 from gateway.http_infer import (
     INFER_HEADER,
     OutputRendering,
@@ -192,7 +193,9 @@ class HttpFront:
         else:
             infer_request, rendering = parse_infer_request(body, json_length, name, version)
 
-        response = ModelInferResponse.FromString(await self._gateway.infer(infer_request))
+        # starlette's headers are a case-insensitive Mapping; routing reads its sticky key there.
+        context = RequestContext(request.headers)
+        response = ModelInferResponse.FromString(await self._gateway.infer(infer_request, None, context))
         content, binary_header = render_infer_response(response, rendering)
         headers: dict[str, str] = {}
         if binary_header is not None:

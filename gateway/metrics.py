@@ -11,10 +11,13 @@ import logging
 import socketserver
 import threading
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from gateway.policy import Decision
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +33,50 @@ class GatewayMetrics:
         )
         # labels() costs a lock and a dict build; keep each child once per label set.
         self._children: dict[tuple[str, str, bool], Counter] = {}
+        # Fleet routing. Labels stay bounded: versions are the policy's or "other",
+        # reasons and outcomes are fixed sets, replicas are counted, not named.
+        self._routes = Counter(
+            "turnout_gateway_route_decisions",
+            "Version routing decisions, by model, chosen version (arm) and reason",
+            ["model", "version", "reason"],
+            registry=registry,
+        )
+        self._sticky = Counter(
+            "turnout_gateway_sticky_hits", "Requests whose sticky key chose the version", ["model"], registry=registry
+        )
+        self._skipped = Counter(
+            "turnout_gateway_route_skipped_versions",
+            "Weighted versions skipped for want of a ready replica (their weight redistributed)",
+            ["model", "version"],
+            registry=registry,
+        )
+        self._shadows = Counter(
+            "turnout_gateway_shadow_requests",
+            "Shadow requests by model, candidate version and outcome (same, different, error, dropped)",
+            ["model", "version", "outcome"],
+            registry=registry,
+        )
+        self._shadow_latency = Histogram(
+            "turnout_gateway_shadow_latency_seconds",
+            "Latency of answered shadow requests",
+            ["model", "version"],
+            registry=registry,
+        )
+        self._failovers = Counter(
+            "turnout_gateway_failovers",
+            "Requests that could not reach a replica: retried on another, or out of replicas/time",
+            ["model", "outcome"],
+            registry=registry,
+        )
+        self._ejections = Counter(
+            "turnout_gateway_replica_ejections",
+            "Replicas ejected after a failed send",
+            ["framework"],
+            registry=registry,
+        )
+        self._replicas = Gauge(
+            "turnout_gateway_replicas", "Replicas known from discovery, by state", ["state"], registry=registry
+        )
 
     def count_request(self, model: str, protocol: str, success: bool) -> None:
         key = (model, protocol, success)
@@ -38,6 +85,30 @@ class GatewayMetrics:
             child = self._requests.labels(model, protocol, "success" if success else "failure")
             self._children[key] = child
         child.inc()
+
+    def count_route(self, model: str, decision: Decision, version: str) -> None:
+        """`version` is the arm's label: the chosen version, or "other" for one no policy names."""
+        self._routes.labels(model, version or "default", decision.reason.value).inc()
+        if decision.sticky_key:
+            self._sticky.labels(model).inc()
+        for version in decision.skipped:
+            self._skipped.labels(model, version).inc()
+
+    def count_shadow(self, model: str, version: str, outcome: str) -> None:
+        self._shadows.labels(model, version, outcome).inc()
+
+    def observe_shadow_latency(self, model: str, version: str, seconds: float) -> None:
+        self._shadow_latency.labels(model, version).observe(seconds)
+
+    def count_failover(self, model: str, outcome: str) -> None:
+        self._failovers.labels(model, outcome).inc()
+
+    def count_ejection(self, framework: str) -> None:
+        self._ejections.labels(framework).inc()
+
+    def set_replicas(self, healthy: int, ejected: int) -> None:
+        self._replicas.labels("healthy").set(healthy)
+        self._replicas.labels("ejected").set(ejected)
 
 
 # Triton's per-model families, read at scrape time from the sidecars' statistics, so one

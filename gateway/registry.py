@@ -3,7 +3,7 @@
 The static registry learns ownership from each sidecar's RepositoryIndex: at start,
 after every load/unload, and, at most once per `min_refresh_interval`, when a request
 names a model it does not know. A Consul-backed registry can replace it behind
-the `ModelRegistry` protocol.
+the `ModelRegistry` protocol (gateway.discovery does).
 """
 
 from __future__ import annotations
@@ -47,6 +47,19 @@ class ModelRegistry(Protocol):
         config override or uploaded file names, else the first sidecar."""
         ...
 
+    def replicas(self, model: str, version: str) -> Sequence[SidecarClient]:
+        """The sidecars an inference for `model` may go to: those with `version` READY,
+        else those serving the model at all (they answer Triton's error); never does I/O."""
+        ...
+
+    def ready_versions(self, model: str) -> frozenset[str] | None:
+        """The versions of `model` some sidecar has READY; None when not known."""
+        ...
+
+    def peers(self, client: SidecarClient) -> Sequence[SidecarClient]:
+        """Every replica of `client`'s framework, `client` included: where loads and unloads go."""
+        ...
+
 
 class StaticRegistry:
     """A fixed set of sidecars; ownership refreshed from their repository indexes."""
@@ -60,6 +73,7 @@ class StaticRegistry:
     ) -> None:
         self._sidecars = tuple(sidecars)
         self._owners: dict[str, SidecarClient] = {}
+        self._ready: dict[str, frozenset[str]] = {}
         self._min_interval = min_refresh_interval
         self._clock = clock
         self._last_refresh: float | None = None
@@ -96,6 +110,7 @@ class StaticRegistry:
     async def _refresh(self) -> None:
         results = await asyncio.gather(*(c.repository_index() for c in self._sidecars), return_exceptions=True)
         owners: dict[str, SidecarClient] = {}
+        ready: dict[str, set[str]] = {}
         # A sidecar that does not answer keeps the models it owned before.
         for client, result in zip(self._sidecars, results, strict=True):
             if isinstance(result, BaseException):
@@ -109,22 +124,36 @@ class StaticRegistry:
             for model in result.models:
                 # The first sidecar (configuration order) wins a name both list.
                 owners.setdefault(model.name, client)
+                if model.state == "READY" and owners[model.name] is client:
+                    ready.setdefault(model.name, set()).add(model.version)
         self._owners = owners
+        self._ready = {name: frozenset(versions) for name, versions in ready.items()}
         self._last_refresh = self._clock()
 
     def placement(self, model: str, parameters: Mapping[str, str | bytes]) -> SidecarClient | None:
         client = self._owners.get(model)
         if client is not None:
             return client
-        framework = _framework_of_load(parameters)
+        framework = framework_of_load(parameters)
         if framework is not None:
             for candidate in self._sidecars:
                 if candidate.framework == framework:
                     return candidate
         return self._sidecars[0] if self._sidecars else None
 
+    def replicas(self, model: str, version: str) -> Sequence[SidecarClient]:
+        client = self._owners.get(model)
+        return (client,) if client is not None else ()
 
-def _framework_of_load(parameters: Mapping[str, str | bytes]) -> str | None:
+    def ready_versions(self, model: str) -> frozenset[str] | None:
+        # Versions loaded since the last refresh (poll mode) are not known here.
+        return self._ready.get(model) if model in self._ready else None
+
+    def peers(self, client: SidecarClient) -> Sequence[SidecarClient]:
+        return (client,)
+
+
+def framework_of_load(parameters: Mapping[str, str | bytes]) -> str | None:
     """The framework a load request names: the config override's platform/backend,
     then the suffix of an uploaded file ("file:1/model.onnx")."""
     config = parameters.get("config")

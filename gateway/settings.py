@@ -34,3 +34,9 @@ class GatewaySettings:
     log_error: bool = True
     log_format: str = "default"
     sidecars: tuple[SidecarAddress, ...] = field(default_factory=tuple)
+    # The fleet: discover sidecars in Consul (HOST:PORT of an agent's HTTP API) instead of `sidecars`.
+    consul: str = ""
+    consul_service: str = "turnout-sidecar"
+    routing_file: str = ""  # YAML routing policies (gateway.policies)
+    routing_kv_prefix: str = "turnout/routing/"  # Consul KV prefix watched for policies, with `consul`
+    routing_seed: int | None = None  # seeds the weighted draws and replica picks; None = from the OS

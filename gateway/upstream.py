@@ -15,7 +15,7 @@ from google.protobuf.message import Message
 from protos import grpc_service_pb2 as pb
 from protos.lane import LaneClient
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS
-from protos.status import TurnoutError, status_from_grpc, unavailable
+from protos.status import Status, TurnoutError, status_from_grpc, unavailable
 
 M = TypeVar("M", bound=Message)
 
@@ -23,8 +23,19 @@ M = TypeVar("M", bound=Message)
 READY_TIMEOUT_SECS = 2.0
 
 
+# gRPC's words for a call that never reached a server (as opposed to one cut mid-way).
+_NOT_CONNECTED = ("failed to connect", "connection refused", "no route to host", "connect failed")
+
+
+class SidecarUnreachable(TurnoutError):
+    """The request never reached the sidecar, so another replica may safely take it."""
+
+
 def _translate(exc: grpc.aio.AioRpcError) -> TurnoutError:
-    return TurnoutError(status_from_grpc(exc.code()), exc.details() or "")
+    details = exc.details() or ""
+    if exc.code() == grpc.StatusCode.UNAVAILABLE and any(w in details.lower() for w in _NOT_CONNECTED):
+        return SidecarUnreachable(Status.UNAVAILABLE, details)
+    return TurnoutError(status_from_grpc(exc.code()), details)
 
 
 class SidecarClient:
@@ -59,7 +70,12 @@ class SidecarClient:
     async def infer(self, encoded: bytes) -> bytes:
         """Forward a serialized ModelInferRequest; return the serialized response."""
         if self._lane is not None:
-            return await self._lane.call(encoded)  # raises the sidecar's TurnoutError itself
+            try:
+                return await self._lane.call(encoded)  # raises the sidecar's TurnoutError itself
+            except TurnoutError as exc:
+                if isinstance(exc.__cause__, OSError):  # the connect failed: nothing was sent
+                    raise SidecarUnreachable(exc.status, exc.message) from exc
+                raise
         try:
             response: bytes = await self._infer(encoded)
         except grpc.aio.AioRpcError as exc:

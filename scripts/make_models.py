@@ -1,4 +1,5 @@
-"""Build the small ONNX models that model_repository/ ships and the tests generate.
+"""Build the small ONNX models that model_repository/ ships and the tests generate, and
+TorchScript / torch.export models for the PyTorch sidecar (torch imported only then).
 
 `python scripts/make_models.py [REPO]` rewrites the example repository; tests and
 benchmarks import the `write_*` functions to build repositories of their own.
@@ -7,9 +8,12 @@ Weights are seeded, so every run writes the same bytes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -181,13 +185,10 @@ def write_mlp(
     seed: int = 0,
 ) -> Path:
     """An FP32 multi-layer perceptron (Gemm + Relu, no activation on the last layer)."""
-    rng = np.random.default_rng(seed)
     model_dir = Path(repo) / name
     nodes, weights = [], []
     previous = "INPUT0"
-    for layer, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
-        w = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
-        b = np.zeros(fan_out, dtype=np.float32)
+    for layer, (w, b) in enumerate(mlp_weights(sizes, seed)):
         weights += [numpy_helper.from_array(w, f"w{layer}"), numpy_helper.from_array(b, f"b{layer}")]
         last = layer == len(sizes) - 2
         out = "OUTPUT0" if last else f"h{layer}"
@@ -206,6 +207,174 @@ def write_mlp(
     _save(graph, model_dir / "1" / "model.onnx")
     io = [("INPUT0", "FP32", [sizes[0]])]
     config = _config(name, max_batch_size, io, [("OUTPUT0", "FP32", [sizes[-1]])], extra_config)
+    (model_dir / "config.pbtxt").write_text(config)
+    return model_dir
+
+
+# -- PyTorch (torch is imported only here, so the ONNX-only paths never need it) ------
+
+TORCH_CONFIG_TYPE = {**CONFIG_TYPE, "BF16": "TYPE_BF16"}
+
+
+@functools.cache
+def _torch_modules() -> SimpleNamespace:
+    """The nn.Module classes the torch builders script, defined once torch is imported."""
+    import torch
+    from torch import Tensor, nn
+
+    class AddSub(nn.Module):
+        def forward(self, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+            return a + b, a - b
+
+    class AddSubNamed(nn.Module):
+        def forward(self, INPUT0: Tensor, INPUT1: Tensor) -> tuple[Tensor, Tensor]:
+            return INPUT0 + INPUT1, INPUT0 - INPUT1
+
+    class AddSubDict(nn.Module):
+        def forward(self, inputs: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+            return inputs["INPUT0"] + inputs["INPUT1"], inputs["INPUT0"] - inputs["INPUT1"]
+
+    class Identity(nn.Module):
+        def forward(self, INPUT0: Tensor) -> Tensor:
+            return INPUT0
+
+    class StringIdentity(nn.Module):
+        def forward(self, INPUT0: list[str]) -> list[str]:
+            return INPUT0
+
+    class Mlp(nn.Module):
+        def __init__(self, weights: list[tuple[np.ndarray, np.ndarray]]) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList()
+            for w, b in weights:
+                layer = nn.Linear(w.shape[0], w.shape[1])
+                with torch.no_grad():
+                    layer.weight.copy_(torch.from_numpy(w.T.copy()))
+                    layer.bias.copy_(torch.from_numpy(b))
+                self.layers.append(layer)
+
+        def forward(self, INPUT0: Tensor) -> Tensor:
+            x = INPUT0
+            last = len(self.layers) - 1
+            for index, layer in enumerate(self.layers):
+                x = layer(x)
+                if index != last:
+                    x = torch.relu(x)
+            return x
+
+    return SimpleNamespace(**{c.__name__: c for c in (AddSub, AddSubNamed, AddSubDict, Identity, StringIdentity, Mlp)})
+
+
+def _torch_io(name: str, datatype: str, dims: list[int]) -> str:
+    shape = ", ".join(str(d) for d in dims)
+    return f'  {{\n    name: "{name}"\n    data_type: {TORCH_CONFIG_TYPE[datatype]}\n    dims: [ {shape} ]\n  }}'
+
+
+def _torch_config(
+    name: str,
+    max_batch_size: int,
+    inputs: list[tuple[str, str, list[int]]],
+    outputs: list[tuple[str, str, list[int]]],
+    extra: str = "",
+    platform: str = "pytorch_libtorch",
+) -> str:
+    lines = [f'name: "{name}"', f'platform: "{platform}"', f"max_batch_size: {max_batch_size}"]
+    lines.append("input [\n" + ",\n".join(_torch_io(*i) for i in inputs) + "\n]")
+    lines.append("output [\n" + ",\n".join(_torch_io(*o) for o in outputs) + "\n]")
+    if extra:
+        lines.append(extra.strip())
+    return "\n".join(lines) + "\n"
+
+
+def _save_script(module: object, path: Path) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        # torch calls TorchScript deprecated; it is still the format Triton's pytorch_libtorch serves.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(module), str(path))
+
+
+# naming -> (module class, config input names, config output names [sum, diff]).
+# Inputs and outputs are listed in the config in an order that differs from the
+# model's, so only the naming rule can bind them right.
+TORCH_NAMING = {
+    "index": ("AddSub", ["INPUT__1", "INPUT__0"], ["OUTPUT__1", "OUTPUT__0"]),
+    "forward": ("AddSubNamed", ["INPUT1", "INPUT0"], ["OUTPUT0", "OUTPUT1"]),
+    "dict": ("AddSubDict", ["INPUT1", "INPUT0"], ["OUTPUT0", "OUTPUT1"]),
+    "config": ("AddSub", ["first", "second"], ["SUM", "DIFF"]),
+}
+
+
+def write_torch_simple(
+    repo: Path,
+    name: str = "simple_torch",
+    datatype: str = "INT32",
+    max_batch_size: int = 8,
+    naming: str = "forward",
+    extra_config: str = "",
+) -> Path:
+    """Triton's `simple` as TorchScript: sum = a + b, diff = a - b on [16] tensors, with
+    its inputs and outputs named by one of the PyTorch naming rules (TORCH_NAMING)."""
+    module_name, inputs, outputs = TORCH_NAMING[naming]
+    model_dir = Path(repo) / name
+    _save_script(getattr(_torch_modules(), module_name)(), model_dir / "1" / "model.pt")
+    io = [(n, datatype, [16]) for n in inputs]
+    out = [(n, datatype, [16]) for n in outputs]
+    (model_dir / "config.pbtxt").write_text(_torch_config(name, max_batch_size, io, out, extra_config))
+    return model_dir
+
+
+def write_torch_identity(repo: Path, name: str, datatype: str, max_batch_size: int = 8, extra_config: str = "") -> Path:
+    """OUTPUT0 = INPUT0 as TorchScript, a [-1] vector (strings: a 1-D list, no batching)."""
+    model_dir = Path(repo) / name
+    module = _torch_modules().StringIdentity() if datatype == "BYTES" else _torch_modules().Identity()
+    _save_script(module, model_dir / "1" / "model.pt")
+    config = _torch_config(name, max_batch_size, [("INPUT0", datatype, [-1])], [("OUTPUT0", datatype, [-1])])
+    (model_dir / "config.pbtxt").write_text(config + extra_config)
+    return model_dir
+
+
+def write_torch_export(repo: Path, name: str = "simple_export", max_batch_size: int = 8) -> Path:
+    """`simple` exported with torch.export (model.pt2, platform torch_aoti), batch dim dynamic."""
+    import torch
+
+    model_dir = Path(repo) / name
+    batch = torch.export.Dim("batch", min=1, max=max_batch_size)
+    example = (torch.ones(2, 16, dtype=torch.int32), torch.ones(2, 16, dtype=torch.int32))
+    program = torch.export.export(_torch_modules().AddSubNamed(), example, dynamic_shapes=({0: batch}, {0: batch}))
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    torch.export.save(program, str(model_dir / "1" / "model.pt2"))
+    io = [("INPUT0", "INT32", [16]), ("INPUT1", "INT32", [16])]
+    out = [("OUTPUT0", "INT32", [16]), ("OUTPUT1", "INT32", [16])]
+    (model_dir / "config.pbtxt").write_text(_torch_config(name, max_batch_size, io, out, platform="torch_aoti"))
+    return model_dir
+
+
+def mlp_weights(sizes: tuple[int, ...], seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The seeded (weight [in, out], bias) pairs that write_mlp and write_torch_mlp share."""
+    rng = np.random.default_rng(seed)
+    weights = []
+    for fan_in, fan_out in itertools.pairwise(sizes):
+        w = (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
+        weights.append((w, np.zeros(fan_out, dtype=np.float32)))
+    return weights
+
+
+def write_torch_mlp(
+    repo: Path,
+    name: str = "mlp_torch",
+    sizes: tuple[int, ...] = (512, 2048, 2048, 10),
+    max_batch_size: int = 64,
+    extra_config: str = "dynamic_batching { }",
+    seed: int = 0,
+) -> Path:
+    """write_mlp's network, same weights, as TorchScript (Linear + ReLU)."""
+    model_dir = Path(repo) / name
+    _save_script(_torch_modules().Mlp(mlp_weights(sizes, seed)), model_dir / "1" / "model.pt")
+    io = [("INPUT0", "FP32", [sizes[0]])]
+    config = _torch_config(name, max_batch_size, io, [("OUTPUT0", "FP32", [sizes[-1]])], extra_config)
     (model_dir / "config.pbtxt").write_text(config)
     return model_dir
 

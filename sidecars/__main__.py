@@ -52,6 +52,12 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     help="the gateway's infer lane: a Unix socket on loopback (auto), TCP, or none",
 )
 @click.option("--lane-port", default=0, type=click.IntRange(0, 65535), help="TCP lane port; 0 binds a free port")
+@click.option("--consul", default="", help="HOST:PORT of the local Consul agent: register this sidecar there")
+@click.option("--consul-service", default="turnout-sidecar", help="the Consul service name to register under")
+@click.option("--advertise-address", default="", help="address the gateway and Consul reach this sidecar at")
+@click.option("--device", default="cpu", help="the device advertised in the registration's meta")
+@click.option("--consul-check-interval", default="1s", help="how often Consul checks our gRPC health")
+@click.option("--consul-deregister-after", default="1m", help="Consul drops us after critical this long")
 def main(
     framework: str,
     model_repositories: tuple[Path, ...],
@@ -68,6 +74,12 @@ def main(
     log_verbose: int,
     lane: str,
     lane_port: int,
+    consul: str,
+    consul_service: str,
+    advertise_address: str,
+    device: str,
+    consul_check_interval: str,
+    consul_deregister_after: str,
 ) -> None:
     """Serve one framework's models of a Triton model repository over the v2 gRPC service."""
     options = _backend_config(backend_config)
@@ -93,6 +105,12 @@ def main(
         log_verbose=log_verbose,
         lane=lane,
         lane_port=lane_port,
+        consul=consul,
+        consul_service=consul_service,
+        advertise_address=advertise_address,
+        device=device,
+        consul_check_interval=consul_check_interval,
+        consul_deregister_after=consul_deregister_after,
     )
     sys.exit(run(settings))
 

@@ -15,6 +15,7 @@ CONFIG_FILE = "config.pbtxt"
 
 # Triton gives CPU instances of these backends two execution slots by default.
 _TWO_CPU_INSTANCES = {"onnxruntime", "tensorflow"}
+_AOTI_PLATFORM, _AOTI_FILE = "torch_aoti", "model.pt2"
 
 
 def load_failure(model: str, reason: str) -> TurnoutError:
@@ -49,8 +50,9 @@ def parse_override(text: str, model: str) -> mc.ModelConfig:
     return config
 
 
-def fill_core_defaults(config: mc.ModelConfig, model: str, framework: str) -> None:
-    """What Triton's core sets before and after the backend's auto-complete."""
+def fill_core_defaults(config: mc.ModelConfig, model: str, framework: str, gpu_count: int = 0) -> None:
+    """What Triton's core sets before and after the backend's auto-complete; `gpu_count`
+    is how many GPUs the framework sees here (KIND_AUTO and empty `gpus` lists)."""
     if config.name and config.name != model:
         raise invalid_arg(
             f"failed to load '{model}', unexpected 'name' in model configuration: '{config.name}', expected '{model}'"
@@ -62,7 +64,8 @@ def fill_core_defaults(config: mc.ModelConfig, model: str, framework: str) -> No
     if not config.platform and framework == "onnxruntime":
         config.platform = platform
     if not config.default_model_filename:
-        config.default_model_filename = filename
+        # torch.export / AOTInductor packages are model.pt2, TorchScript model.pt.
+        config.default_model_filename = _AOTI_FILE if config.platform == _AOTI_PLATFORM else filename
     policy = config.version_policy
     if not config.HasField("version_policy") or (policy.HasField("latest") and policy.latest.num_versions == 0):
         policy.latest.num_versions = 1
@@ -70,18 +73,22 @@ def fill_core_defaults(config: mc.ModelConfig, model: str, framework: str) -> No
         # Triton's core defaults: pinned host buffers for inputs and outputs.
         config.optimization.input_pinned_memory.enable = True
         config.optimization.output_pinned_memory.enable = True
-    _fill_instance_groups(config)
+    _fill_instance_groups(config, gpu_count)
 
 
-def _fill_instance_groups(config: mc.ModelConfig) -> None:
-    # There is no GPU in a CPU sidecar, so KIND_AUTO resolves to KIND_CPU.
+def _fill_instance_groups(config: mc.ModelConfig, gpu_count: int) -> None:
+    # As Triton's core: KIND_AUTO is KIND_GPU where a GPU is usable, and a GPU group
+    # without `gpus` runs on every GPU. Where none is, the runtime decides (the ONNX
+    # sidecar falls back to CPU with a warning, the PyTorch one refuses the model).
     if not config.instance_group:
         config.instance_group.add()
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = config.name if len(config.instance_group) == 1 else f"{config.name}_{index}"
         if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
-            group.kind = mc.ModelInstanceGroup.KIND_CPU
+            group.kind = mc.ModelInstanceGroup.KIND_GPU if gpu_count else mc.ModelInstanceGroup.KIND_CPU
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU and not group.gpus:
+            group.gpus.extend(range(gpu_count))
         if group.count < 1:
             two = group.kind == mc.ModelInstanceGroup.KIND_CPU and config.backend in _TWO_CPU_INSTANCES
             group.count = 2 if two else 1

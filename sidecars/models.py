@@ -19,6 +19,7 @@ from sidecars.runtime import ModelInstance, Runtime
 from sidecars.settings import ControlMode, SidecarSettings
 from sidecars.statistics import VersionStatistics
 from sidecars.validation import Signature
+from sidecars.warmup import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,8 @@ class ModelManager:
         self.repository = Repository(settings.model_repositories, settings.framework)
         self.models: dict[str, ModelEntry] = {}
         self.exiting = False
+        # Set whenever the READY set may have changed (load, unload); Consul registration waits on it.
+        self.changed = asyncio.Event()
 
     # -- start, poll, stop -------------------------------------------------------------
 
@@ -155,6 +158,8 @@ class ModelManager:
                 if uploaded is not None:
                     uploaded.remove()
                 raise
+            finally:
+                self.changed.set()
             entry.fingerprint = fingerprint
             if entry.uploaded is not None and entry.uploaded is not uploaded:
                 entry.uploaded.remove()
@@ -172,7 +177,7 @@ class ModelManager:
             if slot is None or slot.state is not State.READY:
                 entry.versions[version] = VersionSlot(State.LOADING)
         results = await asyncio.gather(
-            *(asyncio.to_thread(self._prepare, base, folder / str(v)) for v in versions), return_exceptions=True
+            *(self._open_version(base, folder / str(v)) for v in versions), return_exceptions=True
         )
         failures = []
         loaded: dict[int, LoadedVersion] = {}
@@ -210,8 +215,20 @@ class ModelManager:
             found = read_config(folder, name)
             if found is not None:
                 config = found
-        fill_core_defaults(config, name, self.settings.framework)
+        fill_core_defaults(config, name, self.settings.framework, self.runtime.gpu_count())
         return config
+
+    async def _open_version(
+        self, base: mc.ModelConfig, version_dir: Path
+    ) -> tuple[mc.ModelConfig, list[ModelInstance]]:
+        """Prepare a version and warm its instances up; it is ready only after both."""
+        config, instances = await asyncio.to_thread(self._prepare, base, version_dir)
+        try:
+            await warm_up(config, instances, version_dir.parent)
+        except BaseException:
+            await asyncio.gather(*(asyncio.to_thread(i.close) for i in instances))
+            raise
+        return config, instances
 
     def _prepare(self, base: mc.ModelConfig, version_dir: Path) -> tuple[mc.ModelConfig, list[ModelInstance]]:
         """Blocking: complete the config from this version's file and open its instances."""
@@ -233,6 +250,7 @@ class ModelManager:
                 if slot.loaded is not None:
                     slot.state = State.UNLOADING
                     closing.append(slot)
+            self.changed.set()  # before draining, so the fleet stops routing here first
             await asyncio.gather(*(slot.loaded.close() for slot in closing if slot.loaded is not None))
             for slot in closing:
                 slot.state, slot.reason, slot.loaded = State.UNAVAILABLE, UNLOADED, None

@@ -16,7 +16,8 @@ import grpc
 from protos.lane import LaneServer
 from protos.rpc import MESSAGE_SIZE_OPTIONS
 from sidecars.models import ModelManager
-from sidecars.runtime import runtime_for
+from sidecars.registration import ConsulRegistration
+from sidecars.runtime import Runtime, RuntimeUnavailable, UnavailableRuntime, runtime_for
 from sidecars.server import add_services
 from sidecars.settings import ControlMode, SidecarSettings
 
@@ -31,7 +32,8 @@ async def _start_lane(lane: LaneServer, settings: SidecarSettings) -> tuple[str,
     Unix socket's folder, to remove at exit."""
     mode = settings.lane
     if mode == "auto":
-        mode = "unix" if settings.host in _LOOPBACK else "tcp"
+        # A registered sidecar serves gateways on other hosts, which a Unix socket cannot.
+        mode = "unix" if settings.host in _LOOPBACK and not settings.consul else "tcp"
     if mode == "unix":
         # A private folder: socket paths must stay short (108 bytes) and unguessable.
         folder = tempfile.mkdtemp(prefix="turnout-")
@@ -41,10 +43,26 @@ async def _start_lane(lane: LaneServer, settings: SidecarSettings) -> tuple[str,
     return "off", None
 
 
+def _runtime(settings: SidecarSettings) -> Runtime | None:
+    """The framework's runtime. Where this machine cannot run it: with --exit-on-error,
+    None after one error line (the sidecar refuses to start); without, a stand-in that
+    lists the framework's models as UNAVAILABLE with the reason."""
+    try:
+        return runtime_for(settings.framework, settings.backend_config)
+    except RuntimeUnavailable as exc:
+        if settings.exit_on_error:
+            log.error("%s", exc)
+            return None
+        log.warning("%s; its models stay UNAVAILABLE", exc)
+        return UnavailableRuntime(str(exc))
+
+
 async def serve(settings: SidecarSettings) -> int:
     """Run until a stop signal; the exit status is 1 when a start-up load failed under
     --exit-on-error, else 0."""
-    runtime = runtime_for(settings.framework, settings.backend_config)
+    runtime = _runtime(settings)
+    if runtime is None:
+        return 1
     manager = ModelManager(settings, runtime)
     server = grpc.aio.server(options=MESSAGE_SIZE_OPTIONS)
     service = add_services(server, manager)
@@ -73,6 +91,7 @@ async def serve(settings: SidecarSettings) -> int:
 
     ready = READY_LINE.format(host=settings.host, port=port, lane=lane_address, framework=settings.framework)
     print(ready, flush=True)
+    registration, registering = _start_registration(settings, manager, port, lane_address)
     poller = None
     if settings.model_control_mode is ControlMode.POLL:
         poller = asyncio.create_task(manager.poll_forever())
@@ -82,6 +101,13 @@ async def serve(settings: SidecarSettings) -> int:
     # grace period -> release the models.
     log.info("stopping: draining for up to %.0f s", settings.exit_timeout_secs)
     manager.exiting = True
+    if registration is not None and registering is not None:
+        # Leave the fleet first, so gateways stop sending here while we drain.
+        registering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await registering
+        await registration.deregister()
+        await registration.close()
     if poller is not None:
         poller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -94,6 +120,18 @@ async def serve(settings: SidecarSettings) -> int:
     except TimeoutError:
         log.warning("models did not release within the exit timeout")
     return 0
+
+
+def _start_registration(
+    settings: SidecarSettings, manager: ModelManager, port: int, lane_address: str
+) -> tuple[ConsulRegistration | None, asyncio.Task[None] | None]:
+    """With --consul: register in the background (serving never waits on Consul)."""
+    if not settings.consul:
+        return None, None
+    # Only a TCP lane is of use to a gateway elsewhere; a Unix one is not advertised.
+    tcp_lane = lane_address not in ("off", "") and not lane_address.startswith("unix:")
+    registration = ConsulRegistration(settings, manager, port, int(lane_address.rpartition(":")[2]) if tcp_lane else 0)
+    return registration, asyncio.create_task(registration.run())
 
 
 def _remove_lane_folder(folder: str | None) -> None:

@@ -14,10 +14,13 @@ from typing import Protocol
 import numpy as np
 
 from protos import model_config_pb2 as mc
+from protos.status import unavailable
 
 # Imported lazily, so the ONNX image never imports torch or tensorrt.
 RUNTIMES: dict[str, str] = {
     "onnxruntime": "sidecars.onnxruntime.runtime:OnnxRuntime",
+    "pytorch": "sidecars.pytorch.runtime:TorchRuntime",
+    "tensorrt": "sidecars.tensorrt.runtime:TensorrtRuntime",
 }
 
 Tensors = Mapping[str, np.ndarray]
@@ -36,8 +39,20 @@ class ModelInstance(Protocol):
         ...
 
 
+class RuntimeUnavailable(Exception):
+    """This machine cannot run the framework (package or GPU missing); the text says
+    which, in one line."""
+
+
 class Runtime(Protocol):
-    """A framework: completes configs from model files and loads model versions."""
+    """A framework: completes configs from model files and loads model versions.
+
+    The constructor raises RuntimeUnavailable where the framework cannot run here.
+    """
+
+    def gpu_count(self) -> int:
+        """GPUs this framework can use on this machine; 0 resolves KIND_AUTO to KIND_CPU."""
+        ...
 
     def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
         """Fill inputs, outputs and batching from the model file, as Triton's backend does.
@@ -88,12 +103,39 @@ class ThreadedInstance:
         self._thread.shutdown(wait=True)
 
 
+class UnavailableRuntime:
+    """Stands in for a framework that cannot run here, so its models are listed as
+    UNAVAILABLE with the reason instead of the sidecar refusing to start."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def gpu_count(self) -> int:
+        return 0
+
+    def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
+        raise unavailable(self.reason)
+
+    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+        raise unavailable(self.reason)
+
+
 def runtime_for(framework: str, options: Sequence[tuple[str, str]] = ()) -> Runtime:
-    """Import and build the runtime of a framework named in RUNTIMES."""
+    """Import and build the runtime of a framework named in RUNTIMES; raises
+    RuntimeUnavailable where this machine cannot run it."""
     target = RUNTIMES.get(framework)
     if target is None:
         raise ValueError(f"no runtime for framework '{framework}'; known: {', '.join(sorted(RUNTIMES))}")
     module_name, _, class_name = target.partition(":")
-    runtime_class = getattr(importlib.import_module(module_name), class_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] in ("sidecars", "protos"):
+            raise
+        raise RuntimeUnavailable(
+            f"the {framework} sidecar cannot start: the '{exc.name}' package is not installed "
+            f"(pip install 'turnout[{framework}]')"
+        ) from exc
+    runtime_class = getattr(module, class_name)
     runtime: Runtime = runtime_class(dict(options))
     return runtime

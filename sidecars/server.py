@@ -292,17 +292,25 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         raise unsupported("log settings are served by the turnout gateway")
 
 
+FLEET_HEALTH_SERVICE = "turnout.Sidecar"
+
+
 class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
-    """grpc.health.v1: SERVING iff the sidecar is ready, for "" and the inference service."""
+    """grpc.health.v1: SERVING iff the sidecar is ready, for "" and the inference service;
+    for FLEET_HEALTH_SERVICE, iff it is not exiting."""
 
     def __init__(self, manager: ModelManager) -> None:
         self.manager = manager
 
     def _status(self, service: str) -> int:
-        if service not in ("", "inference.GRPCInferenceService"):
-            raise not_found(f"unknown service '{service}'")
         serving: int = health_pb2.HealthCheckResponse.SERVING
         not_serving: int = health_pb2.HealthCheckResponse.NOT_SERVING
+        if service == FLEET_HEALTH_SERVICE:
+            # Consul's check: a replica loading or unloading one model still serves the
+            # others (the registration's meta says which), so only exiting fails it.
+            return not_serving if self.manager.exiting else serving
+        if service not in ("", "inference.GRPCInferenceService"):
+            raise not_found(f"unknown service '{service}'")
         return serving if self.manager.is_ready() else not_serving
 
     async def Check(self, request: health_pb2.HealthCheckRequest, context: Any) -> health_pb2.HealthCheckResponse:

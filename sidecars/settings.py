@@ -33,3 +33,10 @@ class SidecarSettings:
     log_verbose: int = 0
     lane: str = "auto"  # infer lane: auto (Unix socket on loopback, else TCP) | unix | tcp | off
     lane_port: int = 0
+    # Fleet registration (sidecars.registration); "" = do not register.
+    consul: str = ""  # HOST:PORT of the local Consul agent's HTTP API
+    consul_service: str = "turnout-sidecar"
+    advertise_address: str = ""  # how others reach us; "" = the bound host (or the route to Consul)
+    device: str = "cpu"  # advertised in the registration's meta
+    consul_check_interval: str = "1s"
+    consul_deregister_after: str = "1m"  # Consul drops an entry critical this long (its minimum is 1m)

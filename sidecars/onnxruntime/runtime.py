@@ -1,7 +1,9 @@
-"""ONNX Runtime models: one InferenceSession per instance, each run on its own thread."""
+"""ONNX Runtime models: one InferenceSession per instance, each run on its own thread, on
+the execution providers its instance group and accelerators ask for."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,10 @@ from protos import model_config_pb2 as mc
 from protos.status import internal, invalid_arg
 from sidecars.config import model_file
 from sidecars.onnxruntime.autocomplete import auto_complete
+from sidecars.onnxruntime.providers import CPU, CUDA, Provider, cuda_device_count, instance_devices, place
 from sidecars.runtime import ModelInstance, Tensors, ThreadedInstance
+
+log = logging.getLogger(__name__)
 
 # Triton's onnxruntime_backend parameter names, honoured from config `parameters`.
 _INTRA_OP = "intra_op_thread_count"
@@ -24,11 +29,16 @@ class OnnxRuntime:
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
+        self._available = set(ort.get_available_providers())
+
+    def gpu_count(self) -> int:
+        # A CPU-only build cannot use a GPU even where one is present.
+        return cuda_device_count() if CUDA in self._available else 0
 
     def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
         if config.input and config.output:
             return  # nothing to read, so do not open the model
-        session = _open(_model_path(config, version_dir), ort.SessionOptions(), ["CPUExecutionProvider"])
+        session = _open(_model_path(config, version_dir), ort.SessionOptions(), [CPU])
         auto_complete(config, session.get_inputs(), session.get_outputs(), default_max_batch_size)
 
     def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
@@ -36,9 +46,13 @@ class OnnxRuntime:
         options = _session_options(config)
         instances: list[ModelInstance] = []
         for group in config.instance_group:
-            for index in range(group.count):
-                session = _open(path, options, _providers(group))
-                instances.append(OnnxInstance(f"{group.name}_{index}", session, config))
+            for index, device in enumerate(instance_devices(group)):
+                name = f"{group.name}_{index}"
+                placement = place(config, device, self._available)
+                for warning in placement.warnings:
+                    log.warning("model '%s' instance '%s' (cuda:%s): %s", config.name, name, device, warning)
+                session = _open(path, options, placement.providers)
+                instances.append(OnnxInstance(name, session, config))
         return instances
 
 
@@ -49,12 +63,6 @@ def _model_path(config: mc.ModelConfig, version_dir: Path) -> Path:
     if not path.is_file():
         raise invalid_arg(f"unable to find '{path.name}' for model '{config.name}' in version {version_dir.name}")
     return path
-
-
-def _providers(group: mc.ModelInstanceGroup) -> list[str]:
-    # The seam for execution providers chosen from the config (KIND_GPU, optimization
-    # accelerators); this sidecar runs everything on CPU for now.
-    return ["CPUExecutionProvider"]
 
 
 def _session_options(config: mc.ModelConfig) -> ort.SessionOptions:
@@ -79,7 +87,7 @@ def _int_parameter(parameters: dict[str, str], key: str, default: int) -> int:
     return number if number > 0 else default
 
 
-def _open(path: Path, options: ort.SessionOptions, providers: list[str]) -> ort.InferenceSession:
+def _open(path: Path, options: ort.SessionOptions, providers: list[Provider]) -> ort.InferenceSession:
     try:
         return ort.InferenceSession(str(path), sess_options=options, providers=providers)
     except Exception as exc:  # ORT raises its own exception types for bad models

@@ -84,13 +84,13 @@ def _pump(stream: object, sink: queue.Queue[str | None], lines: list[str]) -> No
     sink.put(None)
 
 
-def launch(repository: Path, *flags: str) -> Sidecar:
+def launch(repository: Path, *flags: str, framework: str = "onnxruntime") -> Sidecar:
     """Start a sidecar and return once it printed its ready line."""
     command = [
         sys.executable,
         "-m",
         "sidecars",
-        "--framework=onnxruntime",
+        f"--framework={framework}",
         f"--model-repository={repository}",
         "--host=127.0.0.1",
         "--port=0",
@@ -127,7 +127,7 @@ def launch(repository: Path, *flags: str) -> Sidecar:
             raise SidecarFailedToStart(f"exited with {code} before ready", code, "".join(lines))
         if line.startswith(READY_PREFIX):
             fields = dict(part.split("=", 1) for part in line.split()[1:])
-            assert fields["framework"] == "onnxruntime", line
+            assert fields["framework"] == framework, line
             return Sidecar(fields["grpc"], process, pump, lines)
 
 
@@ -138,8 +138,8 @@ def _close(process: subprocess.Popen[str], pump: threading.Thread) -> None:
 
 
 @contextlib.contextmanager
-def running(repository: Path, *flags: str) -> Iterator[Sidecar]:
-    sidecar = launch(repository, *flags)
+def running(repository: Path, *flags: str, framework: str = "onnxruntime") -> Iterator[Sidecar]:
+    sidecar = launch(repository, *flags, framework=framework)
     try:
         yield sidecar
     finally:

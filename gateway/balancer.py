@@ -1,0 +1,91 @@
+"""Which replica serves a request: power of two choices on outstanding requests, and
+ejection of a replica that failed, until a probe finds it ready again.
+
+The outstanding counts and the ejected set are the only mutable routing state; they
+change on the event loop thread only, so they need no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Iterator, Sequence
+
+from gateway.metrics import GatewayMetrics
+from gateway.upstream import SidecarClient
+
+logger = logging.getLogger(__name__)
+
+PROBE_INTERVAL_SECS = 0.5
+
+
+class Balancer:
+    """Picks replicas and keeps ejected ones out. `rng` is injected (seed it in tests)."""
+
+    def __init__(self, rng: random.Random, metrics: GatewayMetrics) -> None:
+        self._rng = rng
+        self._metrics = metrics
+        self._outstanding: dict[int, int] = {}
+        self._ejected: dict[int, asyncio.Task[None]] = {}
+
+    def choose(self, candidates: Sequence[SidecarClient], tried: Sequence[SidecarClient] = ()) -> SidecarClient | None:
+        """The less loaded of two random healthy candidates not yet tried; ejected ones
+        only when nothing else is left."""
+        fresh = [c for c in candidates if c not in tried]
+        healthy = [c for c in fresh if id(c) not in self._ejected] or fresh
+        if len(healthy) <= 1:
+            return healthy[0] if healthy else None
+        first, second = self._rng.sample(healthy, 2)
+        return first if self._load(first) <= self._load(second) else second
+
+    def _load(self, client: SidecarClient) -> int:
+        return self._outstanding.get(id(client), 0)
+
+    @contextlib.contextmanager
+    def track(self, client: SidecarClient) -> Iterator[None]:
+        key = id(client)
+        self._outstanding[key] = self._outstanding.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._outstanding[key] - 1
+            if left:
+                self._outstanding[key] = left
+            else:
+                del self._outstanding[key]
+
+    def is_ejected(self, client: SidecarClient) -> bool:
+        return id(client) in self._ejected
+
+    def eject(self, client: SidecarClient, reason: str) -> None:
+        """Keep `client` out of rotation until it answers a readiness probe."""
+        if id(client) in self._ejected:
+            return
+        logger.warning("replica %s ejected: %s", client.address, reason)
+        self._ejected[id(client)] = asyncio.get_running_loop().create_task(self._probe(client))
+        self._metrics.count_ejection(client.framework)
+
+    async def _probe(self, client: SidecarClient) -> None:
+        while not await client.server_ready():
+            await asyncio.sleep(PROBE_INTERVAL_SECS)
+        logger.info("replica %s is ready again", client.address)
+        self._ejected.pop(id(client), None)
+
+    def forget(self, client: SidecarClient) -> None:
+        """`client` left the fleet: stop probing it."""
+        task = self._ejected.pop(id(client), None)
+        if task is not None:
+            task.cancel()
+        self._outstanding.pop(id(client), None)
+
+    def ejected_count(self) -> int:
+        return len(self._ejected)
+
+    async def close(self) -> None:
+        tasks = list(self._ejected.values())
+        self._ejected.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

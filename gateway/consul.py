@@ -1,0 +1,64 @@
+"""The gateway's Consul HTTP client: blocking queries on the agent's HTTP API.
+
+Only what Consul 1.8 offers: `health/service` and `kv` with `?index=&wait=`. Transport
+and HTTP errors become ConsulUnavailable here; no httpx error leaves this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+
+logger = logging.getLogger(__name__)
+
+WAIT = "10s"  # how long Consul may hold a blocking query open
+_TIMEOUT_SECS = 20.0  # above WAIT plus Consul's jitter (wait / 16)
+
+
+class ConsulUnavailable(Exception):
+    """The agent did not answer, or answered with an error."""
+
+
+def base_url(address: str) -> str:
+    return address if address.startswith(("http://", "https://")) else f"http://{address}"
+
+
+class ConsulClient:
+    """One agent's HTTP API. Create it in the event loop that uses it; `close()` ends it."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._http = httpx.AsyncClient(base_url=base_url(address), timeout=_TIMEOUT_SECS)
+        # httpx logs every request at INFO; a registration or watch round is not news.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+
+    async def blocking_get(self, path: str, index: int, params: dict[str, str] | None = None) -> tuple[Any, int]:
+        """GET `path`, held by Consul until its index passes `index` (0 = answer now).
+
+        Returns the JSON body (None for 404, as kv answers an empty prefix) and the new index.
+        """
+        query = dict(params or {})
+        if index:
+            query.update(index=str(index), wait=WAIT)
+        try:
+            response = await self._http.get(path, params=query)
+        except httpx.HTTPError as exc:
+            raise ConsulUnavailable(f"consul at {self.address}: {exc!r}") from exc
+        new_index = int(response.headers.get("X-Consul-Index", "0") or 0)
+        if response.status_code == 404:
+            return None, new_index
+        if response.status_code != 200:
+            raise ConsulUnavailable(f"consul at {self.address}: HTTP {response.status_code} {response.text.strip()}")
+        # An index that goes backwards (agent restarted) restarts the watch from scratch.
+        return response.json(), new_index if new_index >= index else 0
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+
+async def pause_after_failure(failures: int) -> None:
+    """Back off between failed watch rounds: 0.2 s doubling up to 5 s."""
+    await asyncio.sleep(min(5.0, 0.2 * 2 ** min(failures, 5)))

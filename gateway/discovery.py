@@ -1,0 +1,208 @@
+"""The fleet as Consul sees it: a registry of sidecar replicas kept current by a
+blocking-query watch on `health/service`, published as an immutable snapshot.
+
+Requests read the snapshot in force and never wait on Consul; each watch round that
+changes something swaps in a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from gateway.balancer import Balancer
+from gateway.consul import ConsulClient, ConsulUnavailable, pause_after_failure
+from gateway.metrics import GatewayMetrics
+from gateway.registry import framework_of_load
+from gateway.upstream import SidecarClient
+
+logger = logging.getLogger(__name__)
+
+CLOSE_GRACE_SECS = 5.0  # a replica that left may still finish requests sent to it
+
+
+def parse_models(meta: Mapping[str, str]) -> dict[str, frozenset[str]]:
+    """The READY models a sidecar advertises: meta `models` (or `models_0`, `models_1`, ...
+    when long), `name:1,2;other:1`."""
+    text = meta.get("models")
+    if text is None:
+        text = "".join(meta[f"models_{i}"] for i in range(len(meta)) if f"models_{i}" in meta)
+    models: dict[str, frozenset[str]] = {}
+    for item in filter(None, text.split(";")):
+        name, _, versions = item.rpartition(":")
+        if name:
+            models[name] = frozenset(filter(None, versions.split(",")))
+    return models
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One healthy sidecar instance as registered."""
+
+    service_id: str
+    framework: str
+    address: str
+    lane: str
+    models: Mapping[str, frozenset[str]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """model -> version -> replicas, built once per Consul change and never mutated."""
+
+    clients: tuple[SidecarClient, ...] = ()
+    by_model: Mapping[str, tuple[SidecarClient, ...]] = field(default_factory=dict)
+    by_version: Mapping[tuple[str, str], tuple[SidecarClient, ...]] = field(default_factory=dict)
+    versions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+def _replica(entry: Mapping[str, Any]) -> Replica | None:
+    service = entry.get("Service") or {}
+    checks = entry.get("Checks") or []
+    if any(check.get("Status") != "passing" for check in checks):
+        return None
+    meta: Mapping[str, str] = service.get("Meta") or {}
+    address = service.get("Address") or (entry.get("Node") or {}).get("Address", "")
+    port = service.get("Port")
+    if not address or not port or "framework" not in meta:
+        return None
+    host = f"[{address}]" if ":" in address else address
+    return Replica(str(service["ID"]), meta["framework"], f"{host}:{port}", meta.get("lane", ""), parse_models(meta))
+
+
+class ConsulRegistry:
+    """ModelRegistry over the healthy instances of one Consul service."""
+
+    def __init__(self, consul: ConsulClient, service: str, balancer: Balancer, metrics: GatewayMetrics) -> None:
+        self._consul = consul
+        self._service = service
+        self._balancer = balancer
+        self._metrics = metrics
+        self._snapshot = Snapshot()
+        self._replicas: dict[str, tuple[Replica, SidecarClient]] = {}
+        self._first = asyncio.Event()
+        self._closing: set[asyncio.Task[None]] = set()
+
+    # --- ModelRegistry ---------------------------------------------------------------
+
+    @property
+    def sidecars(self) -> Sequence[SidecarClient]:
+        return self._snapshot.clients
+
+    def owner(self, model: str) -> SidecarClient | None:
+        found = self._snapshot.by_model.get(model)
+        return found[0] if found else None
+
+    async def find(self, model: str) -> SidecarClient | None:
+        return self.owner(model)
+
+    async def refresh(self) -> None:
+        """Loads and unloads show in Consul once the sidecars re-register; nothing to ask here."""
+
+    def placement(self, model: str, parameters: Mapping[str, str | bytes]) -> SidecarClient | None:
+        client = self.owner(model)
+        if client is not None:
+            return client
+        framework = framework_of_load(parameters)
+        clients = self._snapshot.clients
+        for candidate in clients:
+            if candidate.framework == framework:
+                return candidate
+        return clients[0] if clients else None
+
+    def replicas(self, model: str, version: str) -> Sequence[SidecarClient]:
+        if version:
+            found = self._snapshot.by_version.get((model, version))
+            if found:
+                return found
+        return self._snapshot.by_model.get(model, ())
+
+    def ready_versions(self, model: str) -> frozenset[str] | None:
+        return self._snapshot.versions.get(model, frozenset())
+
+    def peers(self, client: SidecarClient) -> Sequence[SidecarClient]:
+        return tuple(c for c in self._snapshot.clients if c.framework == client.framework)
+
+    # --- the watch ----------------------------------------------------------------------
+
+    async def wait_first(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the first answer from Consul; False if none came."""
+        try:
+            await asyncio.wait_for(self._first.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def watch(self) -> None:
+        """Follow the service's health forever; Consul being away keeps the last snapshot."""
+        index = 0
+        failures = 0
+        path = f"/v1/health/service/{self._service}"
+        while True:
+            try:
+                entries, index = await self._consul.blocking_get(path, index)
+            except ConsulUnavailable as exc:
+                failures += 1
+                if failures == 1:
+                    logger.warning("discovery: %s; routing on the last known fleet", exc)
+                index = 0
+                await pause_after_failure(failures)
+                continue
+            if failures:
+                logger.info("discovery: consul answers again")
+            failures = 0
+            self._apply(entries or [])
+            self._first.set()
+            if index == 0:
+                await asyncio.sleep(0.5)
+
+    def _apply(self, entries: list[Mapping[str, Any]]) -> None:
+        replicas = {r.service_id: r for e in entries if (r := _replica(e)) is not None}
+        current: dict[str, tuple[Replica, SidecarClient]] = {}
+        for service_id, replica in sorted(replicas.items()):
+            known = self._replicas.get(service_id)
+            if known is not None and (known[0].address, known[0].lane) == (replica.address, replica.lane):
+                current[service_id] = (replica, known[1])
+            else:
+                current[service_id] = (replica, SidecarClient(replica.framework, replica.address, replica.lane))
+                logger.info("replica %s (%s) joined at %s", service_id, replica.framework, replica.address)
+        for service_id, (_, client) in self._replicas.items():
+            if current.get(service_id, (None, None))[1] is not client:
+                logger.info("replica %s left", service_id)
+                self._retire(client)
+        self._replicas = current
+        self._snapshot = _build(current.values())
+        self._metrics.set_replicas(len(current), self._balancer.ejected_count())
+
+    def _retire(self, client: SidecarClient) -> None:
+        self._balancer.forget(client)
+        task = asyncio.get_running_loop().create_task(client.close(CLOSE_GRACE_SECS))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for _, c in self._replicas.values()), *self._closing, return_exceptions=True)
+
+
+def _build(replicas: Any) -> Snapshot:
+    by_model: dict[str, list[SidecarClient]] = {}
+    by_version: dict[tuple[str, str], list[SidecarClient]] = {}
+    versions: dict[str, set[str]] = {}
+    clients: list[SidecarClient] = []
+    for replica, client in replicas:
+        clients.append(client)
+        for model, model_versions in replica.models.items():
+            by_model.setdefault(model, []).append(client)
+            versions.setdefault(model, set()).update(model_versions)
+            for version in model_versions:
+                by_version.setdefault((model, version), []).append(client)
+    return Snapshot(
+        tuple(clients),
+        MappingProxyType({k: tuple(v) for k, v in by_model.items()}),
+        MappingProxyType({k: tuple(v) for k, v in by_version.items()}),
+        MappingProxyType({k: frozenset(v) for k, v in versions.items()}),
+    )

@@ -1,0 +1,65 @@
+"""Model control across a fleet: repository loads and unloads made on every replica of
+the owning framework, and the replicas' indexes combined into one answer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.upstream import SidecarClient
+from protos import grpc_service_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+_RESPONSES: dict[str, Any] = {
+    "RepositoryModelLoad": pb.RepositoryModelLoadResponse,
+    "RepositoryModelUnload": pb.RepositoryModelUnloadResponse,
+}
+
+
+async def on_replicas(replicas: Sequence[SidecarClient], method: str, request: Any) -> None:
+    """Make a repository call on every replica at once; once all have answered, the
+    first failure (in replica order) is raised."""
+    response_type = _RESPONSES[method]
+    results = await asyncio.gather(*(r.call(method, request, response_type) for r in replicas), return_exceptions=True)
+    for replica, result in zip(replicas, results, strict=True):
+        if isinstance(result, BaseException):
+            if len(replicas) > 1:
+                logger.warning("%s on replica %s failed: %s", method, replica.address, result)
+            raise result
+
+
+def combine_indexes(
+    answers: list[tuple[str, Any]],
+) -> list[pb.RepositoryIndexResponse.ModelIndex]:
+    """`answers`: (framework, index entries) per replica. One entry per framework, model
+    and version: READY only when every replica that lists it has it READY, else the first
+    other state, its reason prefixed with how many replicas are READY. Sidecars of
+    different frameworks are not replicas: a name both list shows twice, as before."""
+    order: list[tuple[str, str, str]] = []
+    seen: dict[tuple[str, str, str], list[Any]] = {}
+    for framework, models in answers:
+        for entry in models:
+            key = (framework, entry.name, entry.version)
+            if key not in seen:
+                order.append(key)
+                seen[key] = []
+            seen[key].append(entry)
+    combined = []
+    for key in order:
+        entries = seen[key]
+        laggard = next((e for e in entries if e.state != entries[0].state), None)
+        if laggard is None:
+            combined.append(entries[0])
+            continue
+        ready = sum(1 for e in entries if e.state == "READY")
+        worst = next(e for e in entries if e.state != "READY")
+        reason = f"{ready} of {len(entries)} replicas READY" + (f": {worst.reason}" if worst.reason else "")
+        combined.append(
+            pb.RepositoryIndexResponse.ModelIndex(
+                name=worst.name, version=worst.version, state=worst.state, reason=reason
+            )
+        )
+    return combined

@@ -1,0 +1,1 @@
+"""The TensorRT framework of the sidecar: model.plan engines on NVIDIA GPUs."""

@@ -1,0 +1,187 @@
+"""TensorRT engines (model.plan) through the TensorRT 10 Python API: each engine
+deserialized once per GPU, one execution context and CUDA stream per instance, named
+I/O tensors, optimization profiles chosen per batch, device buffers reused across calls.
+
+CUDA memory and streams come from cuda-python (the `tensorrt` extra installs it), so
+this image needs no torch. Importing this module fails without `tensorrt`, and building
+the runtime fails without a GPU: the sidecar then refuses to start (RuntimeUnavailable).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorrt as trt
+
+try:  # cuda-python >= 12.6 moved the runtime bindings
+    from cuda.bindings import runtime as cudart
+except ImportError:  # pragma: no cover - older cuda-python
+    from cuda import cudart  # type: ignore[no-redef, unused-ignore]
+
+from protos import model_config_pb2 as mc
+from protos.datatypes import BY_CONFIG_NAME
+from protos.status import internal, invalid_arg
+from sidecars.config import model_file
+from sidecars.runtime import ModelInstance, RuntimeUnavailable, Tensors, ThreadedInstance
+from sidecars.tensorrt.engine import (
+    Binding,
+    EngineTensor,
+    Profile,
+    Shape,
+    auto_complete,
+    bindings,
+    byte_size,
+    choose_profile,
+    grown_capacity,
+)
+
+log = logging.getLogger(__name__)
+
+_ELEMENT_SIZES = {"FLOAT": 4, "HALF": 2, "BF16": 2, "INT8": 1, "UINT8": 1, "INT32": 4, "INT64": 8, "BOOL": 1}
+
+
+def _cuda(result: tuple[Any, ...], what: str) -> Any:
+    """cuda-python returns (error, *values); raise on an error, return the values."""
+    error, *values = result
+    if error != cudart.cudaError_t.cudaSuccess:
+        raise internal(f"CUDA error in {what}: {cudart.cudaGetErrorString(error)[1].decode()}")
+    return values[0] if len(values) == 1 else values
+
+
+class TensorrtRuntime:
+    """The `tensorrt` framework; refuses to build where no GPU is visible."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        error, count = cudart.cudaGetDeviceCount()
+        if error != cudart.cudaError_t.cudaSuccess or count == 0:
+            reason = cudart.cudaGetErrorString(error)[1].decode() if error else "no device"
+            raise RuntimeUnavailable(f"the tensorrt sidecar cannot start: no NVIDIA GPU is visible ({reason})")
+        self._count = count
+        self._logger = trt.Logger(trt.Logger.WARNING)
+        self._runtime = trt.Runtime(self._logger)
+
+    def gpu_count(self) -> int:
+        return int(self._count)
+
+    def _engine(self, config: mc.ModelConfig, version_dir: Path, device: int) -> Any:
+        path = model_file(config, version_dir)
+        if not path.is_file():
+            raise invalid_arg(f"unable to find '{path.name}' for model '{config.name}' in version {version_dir.name}")
+        _cuda(cudart.cudaSetDevice(device), "cudaSetDevice")
+        engine = self._runtime.deserialize_cuda_engine(path.read_bytes())
+        if engine is None:
+            raise internal(f"unable to load model '{config.name}': TensorRT could not deserialize {path.name}")
+        return engine
+
+    def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
+        if config.input and config.output and config.max_batch_size:
+            return
+        engine = self._engine(config, version_dir, 0)
+        auto_complete(config, engine_tensors(engine), default_max_batch_size)
+
+    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+        engines: dict[int, Any] = {}  # one deserialized engine per GPU, shared by its contexts
+        instances: list[ModelInstance] = []
+        for group in config.instance_group:
+            if group.kind != mc.ModelInstanceGroup.KIND_GPU:
+                raise invalid_arg(
+                    f"unable to load model '{config.name}', TensorRT backend only supports KIND_GPU instance groups"
+                )
+            for gpu in group.gpus:
+                if not 0 <= gpu < self._count:
+                    raise invalid_arg(
+                        f"instance group {group.name} of model {config.name} specifies invalid or unsupported "
+                        f"gpu id {gpu}"
+                    )
+                if gpu not in engines:
+                    engines[gpu] = self._engine(config, version_dir, gpu)
+                for _ in range(group.count):
+                    name = f"{group.name}_{len(instances)}"
+                    instances.append(TensorrtInstance(name, engines[gpu], gpu, config))
+        return instances
+
+
+def engine_tensors(engine: Any) -> list[EngineTensor]:
+    """An engine's named I/O as plain data (names, modes, types, shapes, profiles)."""
+    tensors = []
+    for index in range(engine.num_io_tensors):
+        name = engine.get_tensor_name(index)
+        is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+        profiles: tuple[Profile, ...] = ()
+        if is_input:
+            profiles = tuple(
+                Profile(*(tuple(s) for s in engine.get_tensor_profile_shape(name, p)))
+                for p in range(engine.num_optimization_profiles)
+            )
+        dtype = engine.get_tensor_dtype(name)
+        tensors.append(EngineTensor(name, is_input, dtype.name, tuple(engine.get_tensor_shape(name)), profiles))
+    return tensors
+
+
+class TensorrtInstance(ThreadedInstance):
+    """One execution context on one GPU with its own stream and reusable device buffers."""
+
+    def __init__(self, name: str, engine: Any, device: int, config: mc.ModelConfig) -> None:
+        super().__init__(name)
+        self._model = config.name
+        self._device = device
+        _cuda(cudart.cudaSetDevice(device), "cudaSetDevice")
+        self._context = engine.create_execution_context()
+        self._stream = _cuda(cudart.cudaStreamCreate(), "cudaStreamCreate")
+        self._tensors = engine_tensors(engine)
+        self._bindings = bindings(self._tensors, _ELEMENT_SIZES)
+        self._buffers: dict[str, tuple[int, int]] = {}  # name -> (device pointer, capacity)
+        self._profile = -1
+        self._outputs = {t.name: BY_CONFIG_NAME[mc.DataType.Name(t.data_type)].numpy for t in config.output}
+
+    def _buffer(self, binding: Binding, size: int) -> int:
+        pointer, capacity = self._buffers.get(binding.name, (0, 0))
+        wanted = grown_capacity(capacity, max(size, 1))
+        if wanted != capacity:
+            if pointer:
+                _cuda(cudart.cudaFree(pointer), "cudaFree")
+            pointer = int(_cuda(cudart.cudaMalloc(wanted), "cudaMalloc"))
+            self._buffers[binding.name] = (pointer, wanted)
+        return pointer
+
+    def run(self, inputs: Tensors) -> dict[str, np.ndarray]:
+        _cuda(cudart.cudaSetDevice(self._device), "cudaSetDevice")
+        stream, context = self._stream, self._context
+        shapes: dict[str, Shape] = {name: tuple(array.shape) for name, array in inputs.items()}
+        profile = choose_profile(self._tensors, shapes, self._model)
+        if profile != self._profile:
+            context.set_optimization_profile_async(profile, int(stream))
+            self._profile = profile
+        to_device = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+        for binding in (b for b in self._bindings if b.is_input):
+            array = np.ascontiguousarray(inputs[binding.name])
+            context.set_input_shape(binding.name, array.shape)
+            pointer = self._buffer(binding, array.nbytes)
+            _cuda(cudart.cudaMemcpyAsync(pointer, array.ctypes.data, array.nbytes, to_device, stream), "copy in")
+            context.set_tensor_address(binding.name, pointer)
+        results: dict[str, np.ndarray] = {}
+        for binding in (b for b in self._bindings if not b.is_input):
+            shape = tuple(context.get_tensor_shape(binding.name))
+            pointer = self._buffer(binding, byte_size(binding, shape))
+            context.set_tensor_address(binding.name, pointer)
+            results[binding.name] = np.empty(shape, dtype=self._outputs.get(binding.name, np.float32))
+        if not context.execute_async_v3(int(stream)):
+            raise internal(f"TensorRT execute failure for model '{self._model}'")
+        to_host = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        for name, array in results.items():
+            pointer = self._buffers[name][0]
+            _cuda(cudart.cudaMemcpyAsync(array.ctypes.data, pointer, array.nbytes, to_host, stream), "copy out")
+        _cuda(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+        return {name: array for name, array in results.items() if name in self._outputs}
+
+    def close(self) -> None:
+        super().close()
+        for pointer, _ in self._buffers.values():
+            cudart.cudaFree(pointer)
+        self._buffers.clear()
+        cudart.cudaStreamDestroy(self._stream)
+        del self._context

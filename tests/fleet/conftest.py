@@ -1,0 +1,28 @@
+"""The fleet tests share one Consul agent (Debian bullseye's consul, fetched by
+scripts/install-consul); each test starts the sidecars and gateways it needs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fleet_harness import Consul, consul_binary
+from harness import write_repository
+
+
+@pytest.fixture(scope="session")
+def consul() -> Iterator[Consul]:
+    binary = consul_binary()
+    if binary is None:
+        pytest.skip("no consul binary: run scripts/install-consul (make setup does)")
+    agent = Consul(binary)
+    try:
+        yield agent
+    finally:
+        agent.close()
+
+
+@pytest.fixture(scope="session")
+def fleet_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_repository(tmp_path_factory.mktemp("fleet_repo"), ("simple", "linear"))

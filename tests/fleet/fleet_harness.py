@@ -1,0 +1,230 @@
+"""Real fleet processes for the fleet tests: a Consul agent in dev mode, sidecars that
+register with it, and gateways that discover them. Each reports readiness on a line
+(or, for Consul, through its HTTP API) that we wait on; nothing sleeps blindly."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import ROOT
+
+CONSUL = ROOT / ".tools" / "consul" / "usr" / "bin" / "consul"
+START_TIMEOUT_S = 60.0
+
+
+def consul_binary() -> Path | None:
+    if CONSUL.exists():
+        return CONSUL
+    found = shutil.which("consul")
+    return Path(found) if found else None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll `check` until it returns something truthy; the other process gives no event to wait on."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Process:
+    """A child process, its output lines so far, and the fields of its ready line."""
+
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    fields: dict[str, str] = field(default_factory=dict)
+    pump: threading.Thread | None = None
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self._release()
+        return int(self.process.returncode)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self._release()
+
+    def _release(self) -> None:
+        if self.pump is not None:
+            self.pump.join(timeout=5)
+        if self.process.stdout is not None and (self.pump is None or not self.pump.is_alive()):
+            self.process.stdout.close()
+
+
+def _pump(stream: Any, sink: queue.Queue[str | None], lines: list[str]) -> None:
+    for line in stream:
+        lines.append(line)
+        sink.put(line)
+    sink.put(None)
+
+
+def spawn(command: Sequence[str], ready_prefix: str | None, timeout: float = START_TIMEOUT_S) -> Process:
+    """Start `command`; with `ready_prefix`, return once it prints that line."""
+    process = subprocess.Popen(
+        list(command),
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    running = Process(process)
+    sink: queue.Queue[str | None] = queue.Queue()
+    running.pump = threading.Thread(target=_pump, args=(process.stdout, sink, running.lines), daemon=True)
+    running.pump.start()
+    if ready_prefix is None:
+        return running
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            line = sink.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            running.kill()
+            raise AssertionError(f"no {ready_prefix} within {timeout:.0f}s:\n{running.output()}") from None
+        if line is None:
+            running.stop()
+            raise AssertionError(f"{command[:4]} exited with {process.returncode}:\n{running.output()}")
+        if line.startswith(ready_prefix):
+            running.fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+            return running
+
+
+class Consul:
+    """A `consul agent -dev` on free ports; `http` is its API's host:port."""
+
+    def __init__(self, binary: Path, bind: str = "127.0.0.1", clients: Sequence[str] = ("127.0.0.1",)) -> None:
+        self.http = f"{clients[0]}:{free_port(clients[0])}"
+        ports = {
+            "-http-port": self.http.rsplit(":", 1)[1],
+            "-dns-port": str(free_port()),
+            "-serf-lan-port": str(free_port(bind)),
+            "-serf-wan-port": str(free_port(bind)),
+            "-server-port": str(free_port(bind)),
+            "-grpc-port": str(free_port()),
+        }
+        command = [str(binary), "agent", "-dev", "-bind", bind, "-client", " ".join(clients)]
+        for flag, port in ports.items():
+            command += [flag, port]
+        self.agent = spawn(command, None)
+        wait_until(self._has_leader, START_TIMEOUT_S, f"a consul leader; output:\n{self.agent.output()}", 0.1)
+
+    def _has_leader(self) -> bool:
+        if self.agent.process.poll() is not None:
+            raise AssertionError(f"consul exited:\n{self.agent.output()}")
+        try:
+            return bool(self.get("/v1/status/leader"))
+        except OSError:
+            return False
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://{self.http}{path}", timeout=5) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def put(self, path: str, body: bytes = b"") -> Any:
+        request = urllib.request.Request(f"http://{self.http}{path}", data=body, method="PUT")
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read() or b"null")
+
+    def delete(self, path: str) -> None:
+        request = urllib.request.Request(f"http://{self.http}{path}", method="DELETE")
+        urllib.request.urlopen(request, timeout=5).close()
+
+    def services(self, name: str = "turnout-sidecar") -> dict[str, Any]:
+        """The agent's registrations of service `name`, by id."""
+        return {k: v for k, v in self.get("/v1/agent/services").items() if v["Service"] == name}
+
+    def passing(self, name: str = "turnout-sidecar") -> list[dict[str, Any]]:
+        return self.get(f"/v1/health/service/{name}?passing=true") or []
+
+    def close(self) -> None:
+        self.agent.stop(timeout=10)
+
+
+def sidecar(consul: str, repository: Path, *flags: str, python: Sequence[str] = (sys.executable,)) -> Process:
+    command = [*python, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repository}"]
+    command += [f"--consul={consul}", "--exit-timeout-secs=3", *flags]
+    return spawn(command, "TURNOUT_SIDECAR_READY")
+
+
+def gateway(consul: str, *flags: str, python: Sequence[str] = (sys.executable,)) -> Process:
+    command = [*python, "-m", "gateway", "gateway", f"--consul={consul}", "--host=127.0.0.1"]
+    command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=3", *flags]
+    return spawn(command, "TURNOUT_READY")
+
+
+@contextlib.contextmanager
+def running(*processes: Process) -> Iterator[tuple[Process, ...]]:
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            process.stop()
+
+
+def metric(metrics_address: str, name: str, **labels: str) -> float:
+    """The sum of one metric's samples whose labels include `labels` (0 when none)."""
+    with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def registered_models(entry: dict[str, Any]) -> str:
+    return str(entry.get("Meta", {}).get("models", ""))
+
+
+def unreachable(address: str) -> bool:
+    try:
+        urllib.request.urlopen(f"http://{address}/", timeout=1).close()
+    except urllib.error.HTTPError:
+        return False
+    except OSError:
+        return True
+    return False
