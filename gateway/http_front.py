@@ -16,19 +16,9 @@ from starlette.routing import Route
 
 from gateway import http_json
 from gateway.dispatch import RequestContext
-from gateway.http_infer import (
-    INFER_HEADER,
-    OutputRendering,
-    compress,
-    decompress,
-    header_length,
-    json_compact,
-    parse_infer_request,
-    parse_json,
-    raw_binary_request,
-    render_infer_response,
-    response_encoding,
-)
+from gateway.http_encoding import compress, decompress, json_compact, parse_json, response_encoding
+from gateway.http_infer import INFER_HEADER, OutputRendering, header_length, parse_infer_request, raw_binary_request
+from gateway.http_render import render_infer_response
 from gateway.settings import GatewaySettings
 from protos.grpc_service_pb2 import (
     CudaSharedMemoryStatusRequest,

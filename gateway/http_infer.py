@@ -1,5 +1,5 @@
-"""HTTP inference translation: Triton's JSON/binary request body -> ModelInferRequest,
-and ModelInferResponse -> JSON/binary response body.
+"""HTTP inference requests: Triton's JSON/binary request body -> ModelInferRequest, and
+how the response must render each output (gateway/http_render.py writes it).
 
 This is the one conversion HTTP pays; nothing here imports starlette or decodes
 binary tensors (binary inputs travel as slices of the received body).
@@ -7,75 +7,22 @@ binary tensors (binary inputs travel as slices of the received body).
 
 from __future__ import annotations
 
-import json
 import math
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from gateway.http_encoding import parse_json
 from protos import codec, datatypes
-from protos.grpc_service_pb2 import InferParameter, ModelInferRequest, ModelInferResponse
-from protos.status import TurnoutError, internal, invalid_arg, unsupported
+from protos.grpc_service_pb2 import InferParameter, ModelInferRequest
+from protos.status import TurnoutError, internal, invalid_arg
 
 INFER_HEADER = "inference-header-content-length"
 
 _INT64_MAX = 2**63 - 1
 _UINT64_MAX = 2**64 - 1
-
-# Python's json messages -> the rapidjson wording Triton reports (GetParseError_En).
-_PARSE_MESSAGES = (
-    ("Expecting property name enclosed in double quotes", "Missing a name for object member."),
-    ("Expecting ':' delimiter", "Missing a colon after a name of object member."),
-    ("Expecting ',' delimiter", "Missing a comma or '}' after an object member."),
-    ("Unterminated string", "Missing a closing quotation mark in string."),
-    ("Invalid \\escape", "Invalid escape character in string."),
-    ("Invalid \\uXXXX escape", "Incorrect hex digit after \\u escape in string."),
-    ("Invalid control character", "Invalid encoding in string."),
-    ("Extra data", "The document root must not be followed by other values."),
-)
-
-
-def json_compact(value: Any) -> bytes:
-    """The compact JSON bytes of a value, as every response writes them."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def parse_json(buffer: bytes | memoryview) -> Any:
-    """Parse a JSON document, failing with Triton's (rapidjson-worded) INTERNAL error."""
-    data = bytes(buffer) if isinstance(buffer, memoryview) else buffer
-    try:
-        return json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise internal(f"failed to parse the request JSON buffer: {_rapidjson_message(exc)} at {exc.pos}") from exc
-    except UnicodeDecodeError as exc:
-        raise internal(f"failed to parse the request JSON buffer: Invalid encoding in string. at {exc.start}") from exc
-
-
-def _rapidjson_message(exc: json.JSONDecodeError) -> str:
-    if exc.msg == "Expecting value":
-        return "The document is empty." if not exc.doc.strip() else "Invalid value."
-    for python_text, rapidjson_text in _PARSE_MESSAGES:
-        if exc.msg.startswith(python_text):
-            if python_text == "Expecting ',' delimiter" and _inside_array(exc.doc, exc.pos):
-                return "Missing a comma or ']' after an array element."
-            return rapidjson_text
-    return "Invalid value."
-
-
-def _inside_array(doc: str | bytes, pos: int) -> bool:
-    text = doc if isinstance(doc, str) else doc.decode("utf-8", errors="replace")
-    depth_chars = [c for c in text[:pos] if c in "[]{}"]
-    stack: list[str] = []
-    for c in depth_chars:
-        if c in "[{":
-            stack.append(c)
-        elif stack:
-            stack.pop()
-    return bool(stack) and stack[-1] == "["
-
 
 # --- TritonJson-style accessors: each failure is INTERNAL "Unable to parse '<field>': ..." ---
 
@@ -147,27 +94,6 @@ def header_length(value: str | None, content_length: int) -> int | None:
     if parsed < 0 or parsed > content_length:
         raise invalid_arg(f"inference header size should be in range (0, {content_length}), got: {value}")
     return parsed
-
-
-def decompress(body: bytes, encoding: str | None, max_size: int) -> bytes:
-    """The request body after Content-Encoding, limited to `max_size` decompressed bytes."""
-    if encoding is None or encoding in ("", "identity"):
-        data = body
-    elif encoding in ("gzip", "deflate"):
-        decoder = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
-        try:
-            data = decoder.decompress(body, max_size + 1)
-        except zlib.error as exc:
-            raise internal(f"failed to decompress the request body ({encoding}): {exc}") from exc
-    else:
-        raise unsupported("Unsupported compression type")
-    if len(data) > max_size:
-        size = len(data) if encoding in (None, "", "identity") else f"at least {len(data)}"
-        raise invalid_arg(
-            f"request JSON size of {size} bytes exceeds the maximum allowed input size of {max_size} bytes. "
-            "Use --http-max-input-size to increase the limit."
-        )
-    return data
 
 
 def parse_infer_request(
@@ -453,95 +379,3 @@ def raw_binary_request(
     request.inputs.add(name=input_name, datatype=datatype, shape=shape)
     request.raw_input_contents.append(body)
     return request, OutputRendering(default_binary=True)
-
-
-# --- response ---
-
-
-def _parameter_value(param: InferParameter) -> Any:
-    which = param.WhichOneof("parameter_choice")
-    return getattr(param, which) if which else None
-
-
-def render_infer_response(response: ModelInferResponse, rendering: OutputRendering) -> tuple[bytes, int | None]:
-    """The HTTP body of an infer response and its Inference-Header-Content-Length
-    (None when no binary byte follows the JSON)."""
-    outputs: list[dict[str, Any]] = []
-    binary_parts: list[bytes] = []
-    raw = response.raw_output_contents
-    raw_count = len(raw)
-    for index, output in enumerate(response.outputs):
-        entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": list(output.shape)}
-        outputs.append(entry)
-        if output.name in rendering.shared_memory:
-            continue
-        data = raw[index] if index < raw_count else _contents_bytes(output)
-        if rendering.is_binary(output.name):
-            entry["parameters"] = {"binary_data_size": len(data)}
-            if data:
-                binary_parts.append(data)
-        else:
-            entry["data"] = _json_data(data, output.datatype, list(output.shape), output.name)
-
-    document: dict[str, Any] = {}
-    if response.id:
-        document["id"] = response.id
-    document["model_name"] = response.model_name
-    document["model_version"] = response.model_version
-    if response.parameters:
-        document["parameters"] = {k: _parameter_value(v) for k, v in response.parameters.items()}
-    document["outputs"] = outputs
-    header = json_compact(document)
-    if not binary_parts:
-        return header, None
-    return b"".join([header, *binary_parts]), len(header)
-
-
-def _contents_bytes(output: Any) -> bytes:
-    # Responses carry raw_output_contents; typed bytes_contents is tolerated as a fallback.
-    if output.datatype == "BYTES" and output.contents.bytes_contents:
-        return codec.serialize_bytes(output.contents.bytes_contents)
-    return b""
-
-
-def _json_data(data: bytes, datatype: str, shape: list[int], name: str) -> list[Any]:
-    if datatype in ("FP16", "BF16"):
-        raise invalid_arg(
-            f"sending {datatype} data via JSON is not supported. Please use the binary data format for output"
-        )
-    dtype = datatypes.from_name(datatype)
-    if dtype is None:
-        raise invalid_arg("Invalid data type for output tensor")
-    try:
-        return codec.to_json_data(data, dtype, shape)
-    except (codec.CodecError, ValueError) as exc:
-        raise internal(f"output tensor shape does not match size of output for '{name}'") from exc
-
-
-def response_encoding(accept_encoding: str | None) -> str | None:
-    """The Content-Encoding to answer with ("gzip", "deflate") per Accept-Encoding q-values."""
-    if not accept_encoding:
-        return None
-    chosen = "identity"
-    weight = 0.0
-    for part in accept_encoding.split(","):
-        coding, _, params = part.strip().partition(";")
-        coding = coding.strip()
-        q = 1.0
-        params = params.strip()
-        if params:
-            if not params.startswith("q="):
-                continue
-            try:
-                q = float(params[2:])
-            except ValueError:
-                continue
-        if coding in ("identity", "gzip", "deflate") and q > weight:
-            chosen, weight = coding, q
-    return None if chosen == "identity" else chosen
-
-
-def compress(body: bytes, encoding: str) -> bytes:
-    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
-    compressor = zlib.compressobj(wbits=wbits)
-    return compressor.compress(body) + compressor.flush()

@@ -11,17 +11,9 @@ import numpy as np
 import pytest
 
 from gateway import http_json
-from gateway.http_infer import (
-    OutputRendering,
-    compress,
-    decompress,
-    header_length,
-    parse_infer_request,
-    parse_json,
-    raw_binary_request,
-    render_infer_response,
-    response_encoding,
-)
+from gateway.http_encoding import compress, decompress, parse_json, response_encoding
+from gateway.http_infer import OutputRendering, header_length, parse_infer_request, raw_binary_request
+from gateway.http_render import render_infer_response
 from protos.grpc_service_pb2 import (
     ModelInferResponse,
     ModelStatisticsResponse,
