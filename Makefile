@@ -5,9 +5,16 @@ PY := $(VENV)/bin/python
 REPO ?= model_repository
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup run test lint protos models bench clean
+.PHONY: setup tools run test lint protos models bench clean
 
-setup: $(VENV)/.installed .tools/consul/usr/bin/consul
+setup: $(VENV)/.installed .tools/consul/usr/bin/consul tools
+
+# The compose tests validate compose/ with Debian's docker-compose. Installed only when
+# missing, and only where apt-get runs as root; elsewhere those tests skip and say why.
+tools:
+	@command -v docker-compose >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	    && apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -qq install -y docker-compose >/dev/null; } \
+	    || echo "make tools: no docker-compose (needs apt-get as root); the compose config tests will skip" >&2
 
 # The fleet tests run a real Consul agent: Debian bullseye's, fetched by a project script.
 .tools/consul/usr/bin/consul: scripts/install-consul

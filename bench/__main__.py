@@ -1,7 +1,9 @@
 """`python -m bench` (or `make bench`): simple and an FP32 MLP through the gateway
-(gRPC and HTTP binary) beside in-process ONNX Runtime and a plain echo server, and the
-same MLP as TorchScript through the gateway's PyTorch sidecar beside in-process torch,
-all in one run, so the ratios hold on a noisy machine.
+(gRPC and HTTP binary) beside in-process ONNX Runtime, a plain grpc.aio echo server, a
+plain uvicorn echo, and one sidecar called directly over its lane; the MLP with dynamic
+batching off and on at concurrency 32; the gateway's CPU time per request; and the same
+MLP as TorchScript through the PyTorch sidecar beside in-process torch. All in one run,
+so the ratios hold on a noisy machine. Writes a results table (Markdown, CSV) and plots.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import tritonclient.grpc.aio as grpcclient
 import tritonclient.http.aio as httpclient
 
 from bench.load import Figures, run_async, run_threads
+from protos import grpc_service_pb2 as pb
+from protos.lane import LaneClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -32,6 +36,7 @@ MODELS = {
     "simple": {"INPUT0": ("INT32", (1, 16)), "INPUT1": ("INT32", (1, 16))},
     "mlp": {"INPUT0": ("FP32", (1, 512))},
     "mlp_torch": {"INPUT0": ("FP32", (1, 512))},
+    "mlp_nobatch": {"INPUT0": ("FP32", (1, 512))},
 }
 
 
@@ -46,14 +51,14 @@ def _inputs(model: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 @contextmanager
-def _process(command: list[str], ready_prefix: str) -> Iterator[str]:
-    """Start a server process and yield its ready line."""
+def _process(command: list[str], ready_prefix: str) -> Iterator[tuple[str, int]]:
+    """Start a server process and yield its ready line and pid."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
     assert process.stdout is not None
     try:
         for line in process.stdout:
             if line.startswith(ready_prefix):
-                yield line.strip()
+                yield line.strip(), process.pid
                 break
         else:
             raise SystemExit(f"{command[2]} exited with {process.wait()} before it was ready")
@@ -115,54 +120,179 @@ def _has_torch() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process so far, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _lane(address: str, model: str, arrays: dict[str, np.ndarray], conc: int, w: float, d: float) -> Figures:
+    """The sidecar alone: a serialized ModelInfer straight onto its lane (the gateway's own hop)."""
+    request = pb.ModelInferRequest(model_name=model)
+    for name, array in arrays.items():
+        request.inputs.add(name=name, datatype=MODELS[model][name][0], shape=list(array.shape))
+        request.raw_input_contents.append(array.tobytes())
+    payload = request.SerializeToString()
+    client = LaneClient(address)
+    try:
+        return await run_async(lambda: client.call(payload), conc, w, d)
+    finally:
+        client.close()
+
+
+Row = tuple[str, int, str, Figures]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default="simple,mlp")
     parser.add_argument("--concurrency", default="1,16")
+    parser.add_argument("--batching-concurrency", type=int, default=32, help="MLP batching off vs on, at this")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per cell")
     parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results table and plots")
     args = parser.parse_args()
     models = args.models.split(",")
     levels = [int(c) for c in args.concurrency.split(",")]
     rng = np.random.default_rng(0)
+    rows: list[Row] = []
+    cpu_per_request: dict[str, float] = {}
 
     with tempfile.TemporaryDirectory() as repo:
         write_simple(Path(repo))
         write_mlp(Path(repo))
+        write_mlp(Path(repo), name="mlp_nobatch", extra_config="")
         with_torch = _has_torch() and "mlp" in models
         if with_torch:
             write_torch_mlp(Path(repo), "mlp_torch")
         gateway_cmd = [sys.executable, "-m", "gateway", "up", f"--model-repository={repo}", "--host=127.0.0.1"]
         gateway_cmd += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--log-info=false"]
-        with _process(gateway_cmd, "TURNOUT_READY") as ready:
+        sidecar_cmd = [sys.executable, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repo}"]
+        sidecar_cmd += ["--lane=tcp", "--log-info=false", "--allow-metrics=false"]
+        with (
+            _process(gateway_cmd, "TURNOUT_READY") as (ready, gateway_pid),
+            _process(sidecar_cmd, "TURNOUT_SIDECAR_READY") as (sidecar_ready, _),
+        ):
             fields = dict(part.split("=", 1) for part in ready.split()[1:])
-            rows: list[tuple[str, int, str, Figures]] = []
+            lane = dict(part.split("=", 1) for part in sidecar_ready.split()[1:])["lane"]
             for model in models:
                 arrays = _inputs(model, rng)
-                echo_cmd = [sys.executable, "-m", "bench.echo_server", model]
-                with _process(echo_cmd, "ECHO_READY") as echo:
+                with (
+                    _process([sys.executable, "-m", "bench.echo_server", model], "ECHO_READY") as (echo, _),
+                    _process([sys.executable, "-m", "bench.http_echo", model], "ECHO_READY") as (http_echo, _),
+                ):
                     echo_url = f"127.0.0.1:{echo.split()[1]}"
+                    http_echo_url = f"127.0.0.1:{http_echo.split()[1]}"
                     for conc in levels:
                         w, d = args.warmup, args.duration
                         model_file = Path(repo) / model / "1" / "model.onnx"
                         cells = [
                             ("in-process onnxruntime", _in_process(model_file, arrays, conc, w, d)),
                             ("echo server, gRPC", asyncio.run(_grpc(echo_url, model, arrays, conc, w, d))),
-                            ("turnout, gRPC", asyncio.run(_grpc(fields["grpc"], model, arrays, conc, w, d))),
-                            ("turnout, HTTP binary", asyncio.run(_http(fields["http"], model, arrays, conc, w, d))),
+                            (
+                                "echo server, HTTP (uvicorn)",
+                                asyncio.run(_http(http_echo_url, model, arrays, conc, w, d)),
+                            ),
+                            ("sidecar alone, lane", asyncio.run(_lane(lane, model, arrays, conc, w, d))),
                         ]
+                        for path, protocol in (("turnout, gRPC", "grpc"), ("turnout, HTTP binary", "http")):
+                            before = _cpu_seconds(gateway_pid)
+                            run = _grpc if protocol == "grpc" else _http
+                            figures = asyncio.run(run(fields[protocol], model, arrays, conc, w, d))
+                            # Requests in the warm-up count too: the CPU time spans it.
+                            sent = figures.requests * (w + d) / d
+                            cpu_per_request[f"{model} c{conc} {protocol}"] = (_cpu_seconds(gateway_pid) - before) / sent
+                            cells.append((path, figures))
                         if with_torch and model == "mlp":
                             torch_file = Path(repo) / "mlp_torch" / "1" / "model.pt"
-                            torch_url = fields["grpc"]
                             cells += [
                                 ("in-process torch (jit)", _in_process_torch(torch_file, arrays, conc, w, d)),
                                 (
                                     "turnout TorchScript, gRPC",
-                                    asyncio.run(_grpc(torch_url, "mlp_torch", arrays, conc, w, d)),
+                                    asyncio.run(_grpc(fields["grpc"], "mlp_torch", arrays, conc, w, d)),
                                 ),
                             ]
                         rows += [(model, conc, path, figures) for path, figures in cells]
                         _print(rows[-len(cells) :])
+            if "mlp" in models:
+                arrays = _inputs("mlp", rng)
+                conc, w, d = args.batching_concurrency, args.warmup, args.duration
+                cells = [
+                    (
+                        "turnout gRPC, batching off",
+                        asyncio.run(_grpc(fields["grpc"], "mlp_nobatch", arrays, conc, w, d)),
+                    ),
+                    ("turnout gRPC, batching on", asyncio.run(_grpc(fields["grpc"], "mlp", arrays, conc, w, d))),
+                ]
+                rows += [("mlp", conc, path, figures) for path, figures in cells]
+                _print(rows[-len(cells) :])
+    print()
+    for key, seconds in cpu_per_request.items():
+        print(f"gateway CPU per request, {key}: {seconds * 1e6:.0f} us")
+    targets = _targets(rows, cpu_per_request)
+    for line in targets:
+        print(line)
+    _write(args.out, rows, cpu_per_request, targets)
+
+
+def _find(rows: list[Row], model: str, conc: int, path: str) -> Figures | None:
+    return next((f for m, c, p, f in rows if m == model and c == conc and p == path), None)
+
+
+def _targets(rows: list[Row], cpu: dict[str, float]) -> list[str]:
+    """The issue's speed targets, each as measured ratio against its goal."""
+    lines = []
+    echo16, turnout16 = _find(rows, "simple", 16, "echo server, gRPC"), _find(rows, "simple", 16, "turnout, gRPC")
+    if echo16 and turnout16:
+        ratio = turnout16.throughput / echo16.throughput
+        lines.append(f"simple gRPC c16 req/s vs echo: {ratio:.0%} (goal >= 50%)")
+    echo1, turnout1 = _find(rows, "simple", 1, "echo server, gRPC"), _find(rows, "simple", 1, "turnout, gRPC")
+    if echo1 and turnout1:
+        lines.append(f"simple gRPC c1 p50 vs echo: {turnout1.p50_ms / echo1.p50_ms:.2f}x (goal <= 2x)")
+    http_echo = _find(rows, "simple", 16, "echo server, HTTP (uvicorn)")
+    http16 = _find(rows, "simple", 16, "turnout, HTTP binary")
+    if http_echo and http16:
+        lines.append(
+            f"simple HTTP c16 req/s vs uvicorn echo: {http16.throughput / http_echo.throughput:.0%} (goal >= 40%)"
+        )
+    off = next((f for m, _, p, f in rows if p == "turnout gRPC, batching off"), None)
+    on = next((f for m, _, p, f in rows if p == "turnout gRPC, batching on"), None)
+    if off and on:
+        lines.append(f"MLP dynamic batching on vs off: {on.throughput / off.throughput:.2f}x (goal >= 3x)")
+    grpc_cpu = [v for k, v in cpu.items() if k.startswith("simple c16 grpc")]
+    if grpc_cpu:
+        lines.append(f"gateway CPU per gRPC request (simple c16): {grpc_cpu[0] * 1e6:.0f} us (goal < 150 us)")
+    return lines
+
+
+def _write(out: Path, rows: list[Row], cpu: dict[str, float], targets: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    table = ["| model | concurrency | path | req/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|"]
+    table += [f"| {m} | {c} | {p} | {f.throughput:.0f} | {f.p50_ms:.2f} | {f.p99_ms:.2f} |" for m, c, p, f in rows]
+    table += ["", *(f"- gateway CPU per request, {k}: {v * 1e6:.0f} us" for k, v in cpu.items())]
+    table += ["", *(f"- {line}" for line in targets)]
+    (out / "results.md").write_text("\n".join(table) + "\n")
+    with (out / "results.csv").open("w") as csv_file:
+        csv_file.write("model,concurrency,path,requests_per_s,p50_ms,p99_ms\n")
+        for m, c, p, f in rows:
+            csv_file.write(f"{m},{c},{p},{f.throughput:.1f},{f.p50_ms:.3f},{f.p99_ms:.3f}\n")
+    groups = sorted({(m, c) for m, c, _, _ in rows})
+    figure, axes = plt.subplots(len(groups), 1, figsize=(8, 2.2 * len(groups)), squeeze=False)
+    for axis, (model, conc) in zip(axes[:, 0], groups, strict=True):
+        cells = [(p, f) for m, c, p, f in rows if (m, c) == (model, conc) and not p.startswith("in-process")]
+        axis.barh([p for p, _ in cells], [f.throughput for _, f in cells])
+        axis.set_title(f"{model}, concurrency {conc} (req/s)", fontsize=9)
+        axis.tick_params(labelsize=8)
+    figure.tight_layout()
+    figure.savefig(out / "throughput.png", dpi=90)
+    plt.close(figure)
+    print(f"results written to {out}")
 
 
 def _print(rows: list[tuple[str, int, str, Figures]]) -> None:

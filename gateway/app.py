@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import random
 import signal
@@ -28,15 +27,15 @@ from gateway.core import Gateway
 from gateway.discovery import ConsulRegistry
 from gateway.dispatch import Dispatcher
 from gateway.grpc_front import build_grpc_server
-from gateway.metrics import GatewayMetrics, MetricsServer
+from gateway.metrics import FleetMetrics, GatewayMetrics, MetricsServer
 from gateway.observability import LogSettings
 from gateway.policies import PolicyStore, read_routing_file, watch_kv
 from gateway.policy import PolicyError
 from gateway.registry import ModelRegistry, StaticRegistry
+from gateway.restrictions import parse_restrictions
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
 from gateway.upstream import SidecarClient
-from protos import grpc_service_pb2 as pb
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -76,6 +75,20 @@ def _build_http_app(gateway: Gateway, settings: GatewaySettings) -> ASGIApp:
 
     app: ASGIApp = build_http_app(gateway, settings)
     return app
+
+
+def _grpc_credentials(settings: GatewaySettings) -> grpc.ServerCredentials:
+    """Triton's --grpc-use-ssl[-mutual]: the server's certificate, and with mutual TLS the
+    CA that must have signed every client's certificate."""
+
+    def read(path: str) -> bytes:
+        with open(path, "rb") as file:
+            return file.read()
+
+    mutual = settings.grpc_use_ssl_mutual
+    root = read(settings.grpc_root_cert) if settings.grpc_root_cert else None
+    pair = (read(settings.grpc_server_key), read(settings.grpc_server_cert))
+    return grpc.ssl_server_credentials([pair], root_certificates=root, require_client_auth=mutual)
 
 
 def run(settings: GatewaySettings) -> int:
@@ -118,8 +131,8 @@ async def serve(
         print(f"turnout gateway: {exc}", file=sys.stderr, flush=True)
         return 1
     rng = random.Random(settings.routing_seed)
-    balancer = Balancer(random.Random(rng.random()), metrics)
-    clients = [SidecarClient(s.framework, s.address, s.lane) for s in settings.sidecars]
+    balancer = Balancer(random.Random(rng.random()), metrics, settings.sidecar_max_inflight)
+    clients = [SidecarClient(s.framework, s.address, s.lane, s.metrics) for s in settings.sidecars]
     consul = ConsulClient(settings.consul) if settings.consul else None
     discovery = ConsulRegistry(consul, settings.consul_service, balancer, metrics) if consul is not None else None
     models: ModelRegistry = discovery if discovery is not None else StaticRegistry(clients)
@@ -132,6 +145,7 @@ async def serve(
     grpc_server: grpc.aio.Server | None = None
     http_server: _HttpServer | None = None
     metrics_server: MetricsServer | None = None
+    fleet = FleetMetrics(lambda: models.sidecars)
     try:
         if consul is not None and discovery is not None:
             watches.append(asyncio.create_task(discovery.watch()))
@@ -150,20 +164,25 @@ async def serve(
                 log_config=None,
                 access_log=False,
                 timeout_graceful_shutdown=max(1, round(settings.exit_timeout_secs)),
+                ssl_certfile=settings.http_ssl_certfile or None,
+                ssl_keyfile=settings.http_ssl_keyfile or None,
             )
             http_server = _HttpServer(config)
             addresses["http"] = _host_port(settings.host, http_port)
 
         if settings.allow_grpc:
-            grpc_server = build_grpc_server(gateway)
-            grpc_port = grpc_server.add_insecure_port(_host_port(settings.host, settings.grpc_port))
+            grpc_server = build_grpc_server(gateway, parse_restrictions(settings.grpc_restricted_protocol, grpc=True))
+            grpc_address = _host_port(settings.host, settings.grpc_port)
+            if settings.grpc_use_ssl:
+                grpc_port = grpc_server.add_secure_port(grpc_address, _grpc_credentials(settings))
+            else:
+                grpc_port = grpc_server.add_insecure_port(grpc_address)
             await grpc_server.start()
             addresses["grpc"] = _host_port(settings.host, grpc_port)
 
         if settings.allow_metrics:
-            statistics = functools.partial(gateway.model_statistics, pb.ModelStatisticsRequest())
             metrics_server = MetricsServer(
-                metrics_registry, settings.host, settings.metrics_port, statistics, asyncio.get_running_loop()
+                metrics_registry, settings.host, settings.metrics_port, fleet.render, asyncio.get_running_loop()
             )
             addresses["metrics"] = _host_port(settings.host, metrics_server.port)
 
@@ -182,6 +201,7 @@ async def serve(
         # Close upstreams last: in-flight requests needed them until the drain ended.
         if metrics_server is not None:
             metrics_server.close()
+        await fleet.close()
         for watch in watches:
             watch.cancel()
         await asyncio.gather(*watches, return_exceptions=True)

@@ -15,70 +15,80 @@ from collections.abc import Iterator, Sequence
 
 from gateway.metrics import GatewayMetrics
 from gateway.upstream import SidecarClient
+from protos.status import unavailable
 
 logger = logging.getLogger(__name__)
 
 PROBE_INTERVAL_SECS = 0.5
+# Triton's queue-full text: the gateway sheds load with it before a sidecar queues it.
+QUEUE_FULL = "[request id: <id_unknown>] Exceeds maximum queue size"
 
 
 class Balancer:
     """Picks replicas and keeps ejected ones out. `rng` is injected (seed it in tests)."""
 
-    def __init__(self, rng: random.Random, metrics: GatewayMetrics) -> None:
+    def __init__(self, rng: random.Random, metrics: GatewayMetrics, max_inflight: int = 0) -> None:
         self._rng = rng
         self._metrics = metrics
-        self._outstanding: dict[int, int] = {}
-        self._ejected: dict[int, asyncio.Task[None]] = {}
+        self._max_inflight = max_inflight  # per replica; 0 = no limit
+        self._outstanding: dict[SidecarClient, int] = {}
+        self._ejected: dict[SidecarClient, asyncio.Task[None]] = {}
 
     def choose(self, candidates: Sequence[SidecarClient], tried: Sequence[SidecarClient] = ()) -> SidecarClient | None:
         """The less loaded of two random healthy candidates not yet tried; ejected ones
-        only when nothing else is left."""
+        only when nothing else is left. Raises UNAVAILABLE (Triton's queue-full text) when
+        every candidate already has `max_inflight` requests: overload is refused at once."""
         fresh = [c for c in candidates if c not in tried]
-        healthy = [c for c in fresh if id(c) not in self._ejected] or fresh
+        healthy = [c for c in fresh if c not in self._ejected] or fresh
+        if self._max_inflight and healthy:
+            healthy = [c for c in healthy if self._load(c) < self._max_inflight]
+            if not healthy:
+                raise unavailable(QUEUE_FULL)
         if len(healthy) <= 1:
             return healthy[0] if healthy else None
         first, second = self._rng.sample(healthy, 2)
         return first if self._load(first) <= self._load(second) else second
 
     def _load(self, client: SidecarClient) -> int:
-        return self._outstanding.get(id(client), 0)
+        return self._outstanding.get(client, 0)
 
     @contextlib.contextmanager
     def track(self, client: SidecarClient) -> Iterator[None]:
-        key = id(client)
+        key = client
         self._outstanding[key] = self._outstanding.get(key, 0) + 1
         try:
             yield
         finally:
-            left = self._outstanding[key] - 1
-            if left:
+            # `forget` may have dropped the count while this request was in flight.
+            left = self._outstanding.get(key, 0) - 1
+            if left > 0:
                 self._outstanding[key] = left
             else:
-                del self._outstanding[key]
+                self._outstanding.pop(key, None)
 
     def is_ejected(self, client: SidecarClient) -> bool:
-        return id(client) in self._ejected
+        return client in self._ejected
 
     def eject(self, client: SidecarClient, reason: str) -> None:
         """Keep `client` out of rotation until it answers a readiness probe."""
-        if id(client) in self._ejected:
+        if client in self._ejected:
             return
         logger.warning("replica %s ejected: %s", client.address, reason)
-        self._ejected[id(client)] = asyncio.get_running_loop().create_task(self._probe(client))
+        self._ejected[client] = asyncio.get_running_loop().create_task(self._probe(client))
         self._metrics.count_ejection(client.framework)
 
     async def _probe(self, client: SidecarClient) -> None:
         while not await client.server_ready():
             await asyncio.sleep(PROBE_INTERVAL_SECS)
         logger.info("replica %s is ready again", client.address)
-        self._ejected.pop(id(client), None)
+        self._ejected.pop(client, None)
 
     def forget(self, client: SidecarClient) -> None:
         """`client` left the fleet: stop probing it."""
-        task = self._ejected.pop(id(client), None)
+        task = self._ejected.pop(client, None)
         if task is not None:
             task.cancel()
-        self._outstanding.pop(id(client), None)
+        self._outstanding.pop(client, None)
 
     def ejected_count(self) -> int:
         return len(self._ejected)

@@ -19,6 +19,16 @@ from gateway.settings import GatewaySettings, SidecarAddress
 _BOOL: dict[str, Any] = {"type": click.BOOL, "is_flag": False, "flag_value": True, "show_default": True}
 
 
+def _check_restrictions(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
+    from gateway.restrictions import RestrictionError, parse_restrictions
+
+    try:
+        parse_restrictions(specs)
+    except RestrictionError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    return specs
+
+
 def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--host", default="0.0.0.0", show_default=True, help="Address the front ends bind."),
@@ -42,15 +52,42 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--log-info", default=True, **_BOOL),
         click.option("--log-warning", default=True, **_BOOL),
         click.option("--log-error", default=True, **_BOOL),
-        click.option("--log-format", type=click.Choice(["default", "ISO8601"]), default="default", show_default=True),
+        click.option(
+            "--log-format", type=click.Choice(["default", "ISO8601", "json"]), default="default", show_default=True
+        ),
         click.option(
             "--routing",
-            "routing_file",
             type=click.Path(exists=True, dir_okay=False),
             default=None,
             help="YAML routing policies: models: {<model>: {weights: {'1': 90, '2': 10}, sticky_header: x-user}}.",
         ),
         click.option("--routing-seed", type=int, default=None, help="Seed for weighted draws (replayable runs)."),
+        click.option("--grpc-use-ssl", default=False, **_BOOL),
+        click.option("--grpc-use-ssl-mutual", default=False, **_BOOL),
+        click.option("--grpc-server-cert", default="", help="PEM server certificate (chain) for gRPC TLS."),
+        click.option("--grpc-server-key", default="", help="PEM private key for gRPC TLS."),
+        click.option("--grpc-root-cert", default="", help="PEM CA certificates that sign client certificates."),
+        click.option("--http-ssl-certfile", default="", help="PEM certificate: serve HTTPS (Triton has no HTTP TLS)."),
+        click.option("--http-ssl-keyfile", default="", help="PEM private key for HTTPS."),
+        click.option(
+            "--sidecar-max-inflight",
+            type=click.IntRange(min=0),
+            default=1024,
+            show_default=True,
+            help="Requests in flight per sidecar beyond which new ones get UNAVAILABLE at once (0: no limit).",
+        ),
+        click.option(
+            "--http-restricted-api",
+            multiple=True,
+            callback=_check_restrictions,
+            help="<api>[,<api>...]:<key>=<value>: those APIs need HTTP header <key>: <value> (repeatable).",
+        ),
+        click.option(
+            "--grpc-restricted-protocol",
+            multiple=True,
+            callback=_check_restrictions,
+            help="<api>[,<api>...]:<key>=<value>: those RPCs need metadata triton-grpc-protocol-<key> (repeatable).",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -59,7 +96,16 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def _gateway_settings(sidecars: tuple[SidecarAddress, ...], **flags: Any) -> GatewaySettings:
     keys = GatewaySettings.__dataclass_fields__.keys()
-    flags["routing_file"] = flags.get("routing_file") or ""
+    # As Triton: mutual TLS implies TLS, and TLS needs a certificate and its key.
+    if flags.get("grpc_use_ssl_mutual"):
+        flags["grpc_use_ssl"] = True
+        if not flags.get("grpc_root_cert"):
+            raise click.UsageError("--grpc-use-ssl-mutual needs --grpc-root-cert")
+    if flags.get("grpc_use_ssl") and not (flags.get("grpc_server_cert") and flags.get("grpc_server_key")):
+        raise click.UsageError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+    if bool(flags.get("http_ssl_certfile")) != bool(flags.get("http_ssl_keyfile")):
+        raise click.UsageError("--http-ssl-certfile and --http-ssl-keyfile go together")
+    flags["routing_file"] = flags.pop("routing", None) or ""
     return GatewaySettings(sidecars=sidecars, **{k: v for k, v in flags.items() if k in keys})
 
 
@@ -74,16 +120,29 @@ def cli() -> None:
     "--model-repository",
     "--model-store",
     "model_repositories",
+    envvar="TURNOUT_UP_MODEL_REPOSITORY",
     multiple=True,
     required=True,
     type=click.Path(exists=True, file_okay=False),
     help="Triton model repository (repeatable).",
 )
-@click.option("--load-model", "load_models", multiple=True, help="Model to load at start in explicit mode; '*' = all.")
+@click.option(
+    "--load-model",
+    "load_models",
+    envvar="TURNOUT_UP_LOAD_MODEL",
+    multiple=True,
+    help="Model to load at start in explicit mode; '*' = all.",
+)
 @click.option("--exit-on-error", default=True, **_BOOL)
 @click.option("--repository-poll-secs", type=float, default=15.0, show_default=True)
 @click.option("--disable-auto-complete-config", is_flag=True, default=False)
-@click.option("--backend-config", "backend_configs", multiple=True, help="e.g. default-max-batch-size=4")
+@click.option(
+    "--backend-config",
+    "backend_configs",
+    envvar="TURNOUT_UP_BACKEND_CONFIG",
+    multiple=True,
+    help="e.g. default-max-batch-size=4",
+)
 @_gateway_options
 def up(
     model_repositories: tuple[str, ...],
@@ -108,6 +167,10 @@ def up(
         backend_configs=backend_configs,
         exit_timeout_secs=flags["exit_timeout_secs"],
         log_verbose=flags["log_verbose"],
+        log_info=flags["log_info"],
+        log_warning=flags["log_warning"],
+        log_error=flags["log_error"],
+        log_format=flags["log_format"],
     )
     supervisor = Supervisor(model_repositories, arguments, exit_timeout_secs=flags["exit_timeout_secs"])
     sys.exit(supervisor.run(lambda sidecars: _gateway_settings(sidecars, **flags)))
@@ -117,8 +180,10 @@ def up(
 @click.option(
     "--sidecar",
     "sidecars",
+    envvar="TURNOUT_GATEWAY_SIDECAR",
     multiple=True,
-    help="FRAMEWORK=HOST:PORT[,LANE] of a sidecar to route to (repeatable); LANE is its infer lane.",
+    help="FRAMEWORK=HOST:PORT[,LANE[,METRICS]] of a sidecar to route to (repeatable); LANE is its infer lane "
+    "('' for none), METRICS the host:port of its /metrics.",
 )
 @click.option("--consul", default="", help="HOST:PORT of a Consul agent's HTTP API: discover sidecars there.")
 @click.option("--consul-service", default="turnout-sidecar", show_default=True, help="Service the sidecars register.")
@@ -139,10 +204,11 @@ def gateway(sidecars: tuple[str, ...], **flags: Any) -> None:
     addresses = []
     for spec in sidecars:
         framework, sep, rest = spec.partition("=")
-        address, _, lane = rest.partition(",")
+        address, _, extra = rest.partition(",")
+        lane, _, metrics = extra.partition(",")
         if not sep or not address:
             raise click.BadParameter(f"expected FRAMEWORK=HOST:PORT[,LANE], got {spec!r}", param_hint="--sidecar")
-        addresses.append(SidecarAddress(framework, address, lane))
+        addresses.append(SidecarAddress(framework, address, lane, metrics))
     sys.exit(run(_gateway_settings(tuple(addresses), **flags)))
 
 
@@ -154,5 +220,13 @@ def sidecar(ctx: click.Context) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "sidecars", *ctx.args])
 
 
+def _add_bench() -> None:
+    # The load tool is a client: its own package, imported only to register the command.
+    from gateway.loadgen.command import bench
+
+    cli.add_command(bench)
+
+
 def main() -> None:
+    _add_bench()
     cli()

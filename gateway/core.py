@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from gateway.balancer import Balancer
 from gateway.dispatch import NO_CONTEXT, Dispatcher, RequestContext, with_version
-from gateway.fleet import combine_indexes, on_replicas
+from gateway.fleet import combine_indexes, combine_statistics, on_replicas
 from gateway.metrics import GatewayMetrics
 from gateway.observability import LogSettings, LogValue, TraceSettings
 from gateway.policies import PolicyStore
@@ -25,6 +27,7 @@ from gateway.shadow import ShadowMirror
 from gateway.shm import SharedMemory
 from gateway.upstream import READY_TIMEOUT_SECS, SidecarClient
 from protos import grpc_service_pb2 as pb
+from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, request_id_parameter
 from protos.status import Status, TurnoutError, invalid_arg, not_found, unavailable, unsupported
 
 logger = logging.getLogger(__name__)
@@ -100,6 +103,8 @@ class Gateway:
             log_format=settings.log_format,
         )
         self._draining = False
+        self._request_prefix = os.urandom(4).hex()  # ids unique to this gateway process
+        self._request_count = 0
         self._metadata = pb.ServerMetadataResponse(name=SERVER_NAME, version=SERVER_VERSION, extensions=EXTENSIONS)
 
     # --- lifecycle --------------------------------------------------------------
@@ -160,27 +165,50 @@ class Gateway:
         (only the gRPC front passes it), forwarded as is unless the gateway must change it."""
         if self._draining:
             raise unavailable(SERVER_EXITING)
+        started = time.perf_counter()
         model = request.model_name
         protocol = "grpc" if encoded is not None else "http"
+        # The client's id, else ours; every log line about this request carries it, and at
+        # verbose level (where the sidecar logs each request) it travels there as a
+        # parameter: appending it copies the payload, which the fast path does not pay.
+        request_id = request.id
+        verbose = logger.isEnabledFor(logging.DEBUG)
+        carry = False
+        if not request_id:
+            self._request_count += 1
+            request_id = f"{self._request_prefix}-{self._request_count}"
+            carry = verbose
+        REQUEST_ID.set(request_id)
         if not self._registry.replicas(model, ""):
             await self._owner(model)  # an unknown model fails here, before it counts as a request
         decision = self._dispatcher.decide(model, request.model_version, context)
         version = decision.version
+        if verbose:
+            logger.debug("infer model '%s' version '%s' over %s", model, version, protocol)
         try:
             if uses_shared_memory(request):
+                if carry:
+                    request.parameters[REQUEST_ID_PARAMETER].string_param = request_id
                 response = await self._infer_resolved(request, version, context)
             else:
                 payload = request.SerializeToString() if encoded is None else encoded
                 if version != request.model_version:
                     payload = with_version(payload, version)
+                if carry:
+                    payload += request_id_parameter(request_id)
                 response = await self._dispatcher.send(model, version, payload, context)
                 if decision.shadow:
                     # After the primary answered, so the copy can neither delay nor fail it.
                     self._shadows.mirror(model, decision.shadow, payload, response)
-        except TurnoutError:
+        except TurnoutError as exc:
             self._metrics.count_request(model, protocol, False)
+            self._metrics.observe_request(model, version or "default", protocol, time.perf_counter() - started)
+            logger.debug("infer failed: %s", exc.message)
             raise
         self._metrics.count_request(model, protocol, True)
+        self._metrics.observe_request(model, version or "default", protocol, time.perf_counter() - started)
+        if verbose:
+            logger.debug("infer answered in %d us", (time.perf_counter() - started) * 1e6)
         return response
 
     async def _infer_resolved(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:
@@ -241,16 +269,35 @@ class Gateway:
     # --- statistics and repository --------------------------------------------------
 
     async def model_statistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
+        """Every replica's counters, summed per model version (the fleet as one Triton)."""
         if request.name:
             client = await self._registry.find(request.name)
             if client is None:
                 if not request.version:
                     raise invalid_arg(f"requested model '{request.name}' is not available")
                 raise unknown_model(request.name)
-            return await client.call("ModelStatistics", request, pb.ModelStatisticsResponse)
+            replicas = self._registry.peers(client) or (client,)
+            if len(replicas) == 1:
+                return await client.call("ModelStatistics", request, pb.ModelStatisticsResponse)
+            answers = await asyncio.gather(
+                *(r.call("ModelStatistics", request, pb.ModelStatisticsResponse) for r in replicas),
+                return_exceptions=True,
+            )
+            reached = [a for a in answers if isinstance(a, pb.ModelStatisticsResponse)]
+            if not reached:
+                raise next(a for a in answers if isinstance(a, BaseException))
+            return combine_statistics(reached)
+
+        async def statistics(client: SidecarClient) -> tuple[str, pb.ModelStatisticsResponse]:
+            return client.framework, await client.call("ModelStatistics", request, pb.ModelStatisticsResponse)
+
+        # Replicas (one framework's sidecars) add up; different frameworks stay apart.
+        by_framework: dict[str, list[pb.ModelStatisticsResponse]] = {}
+        for framework, answer in await self._all(statistics):
+            by_framework.setdefault(framework, []).append(answer)
         merged = pb.ModelStatisticsResponse()
-        for answer in await self._all(lambda c: c.call("ModelStatistics", request, pb.ModelStatisticsResponse)):
-            merged.model_stats.extend(answer.model_stats)
+        for group in by_framework.values():
+            merged.model_stats.extend(combine_statistics(group).model_stats)
         return merged
 
     async def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
@@ -331,6 +378,19 @@ class Gateway:
         for key, values in current.items():
             response.settings[key].value.extend(values)
         return response
+
+    async def forward_log_settings(self, request: pb.LogSettingsRequest) -> None:
+        """Apply a client's log settings change to every sidecar too (best effort: one
+        that cannot be reached keeps its levels), so both processes log alike."""
+        if not request.settings:
+            return
+        results = await asyncio.gather(
+            *(c.call("LogSettings", request, pb.LogSettingsResponse) for c in self._registry.sidecars),
+            return_exceptions=True,
+        )
+        for client, result in zip(self._registry.sidecars, results, strict=True):
+            if isinstance(result, BaseException):
+                logger.warning("log settings not applied on sidecar %s: %s", client.address, result)
 
     def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
         if request.settings:

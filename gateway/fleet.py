@@ -63,3 +63,48 @@ def combine_indexes(
             )
         )
     return combined
+
+
+def _add_duration(target: Any, source: Any) -> None:
+    target.count += source.count
+    target.ns += source.ns
+
+
+_DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
+_BATCH_DURATIONS = ("compute_input", "compute_infer", "compute_output")
+
+
+def combine_statistics(answers: Sequence[pb.ModelStatisticsResponse]) -> pb.ModelStatisticsResponse:
+    """Replicas' statistics summed per model version, in first-seen order: counts and
+    durations add up, batch statistics add up per batch size, last_inference is the latest."""
+    combined = pb.ModelStatisticsResponse()
+    by_version: dict[tuple[str, str], Any] = {}
+    for answer in answers:
+        for stats in answer.model_stats:
+            key = (stats.name, stats.version)
+            target = by_version.get(key)
+            if target is None:
+                by_version[key] = combined.model_stats.add()
+                by_version[key].CopyFrom(stats)
+                continue
+            target.last_inference = max(target.last_inference, stats.last_inference)
+            target.inference_count += stats.inference_count
+            target.execution_count += stats.execution_count
+            for name in _DURATIONS:
+                _add_duration(getattr(target.inference_stats, name), getattr(stats.inference_stats, name))
+            batches = {b.batch_size: b for b in target.batch_stats}
+            for batch in stats.batch_stats:
+                existing = batches.get(batch.batch_size)
+                if existing is None:
+                    target.batch_stats.add().CopyFrom(batch)
+                    continue
+                for name in _BATCH_DURATIONS:
+                    _add_duration(getattr(existing, name), getattr(batch, name))
+    for target in combined.model_stats:
+        ordered = sorted(target.batch_stats, key=lambda b: b.batch_size)
+        copies = [pb.InferBatchStatistics() for _ in ordered]
+        for copy, batch in zip(copies, ordered, strict=True):
+            copy.CopyFrom(batch)
+        del target.batch_stats[:]
+        target.batch_stats.extend(copies)
+    return combined

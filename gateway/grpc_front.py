@@ -11,17 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.core import Gateway
 from gateway.dispatch import NO_CONTEXT, RequestContext
+from gateway.restrictions import GRPC_METHOD_GROUPS, Restriction, grpc_refusal
 from protos import grpc_service_pb2 as pb
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE
-from protos.status import GRPC_STATUS, TurnoutError
+from protos.status import GRPC_STATUS, TurnoutError, invalid_arg
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,27 @@ def stream_error(message: str, request_id: str) -> bytes:
     return serialized
 
 
+def _parse_infer(encoded: bytes) -> pb.ModelInferRequest:
+    try:
+        request: pb.ModelInferRequest = pb.ModelInferRequest.FromString(encoded)
+    except DecodeError as exc:  # bytes that are no ModelInferRequest: the client's error
+        raise invalid_arg(f"failed to parse the inference request: {exc}") from exc
+    return request
+
+
+def _parsing(handler: Handler, message: Any) -> Handler:
+    """`handler` taking the request's bytes, parsed as `message` (a protobuf class)."""
+
+    async def call(encoded: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            request = message.FromString(encoded)
+        except DecodeError as exc:
+            raise invalid_arg(f"failed to parse the {message.DESCRIPTOR.name}: {exc}") from exc
+        return await handler(request, context)
+
+    return call
+
+
 def _request_context(context: Any) -> RequestContext:
     """The call's metadata (routing may read a sticky key there) and its deadline."""
     metadata = context.invocation_metadata()
@@ -80,11 +103,20 @@ def _request_context(context: Any) -> RequestContext:
     return RequestContext(headers, deadline)
 
 
-def guarded(name: str, gateway: Gateway, handler: Handler) -> Handler:
-    """The one error wrapper: TurnoutError -> its gRPC status and text, anything else -> INTERNAL."""
+def _carries(context: grpc.aio.ServicerContext, restriction: Restriction) -> bool:
+    return any(
+        key == restriction.key and value == restriction.value for key, value in context.invocation_metadata() or ()
+    )
+
+
+def guarded(name: str, gateway: Gateway, handler: Handler, restriction: Restriction | None = None) -> Handler:
+    """The one error wrapper: TurnoutError -> its gRPC status and text, anything else -> INTERNAL.
+    A `restriction` (gateway.restrictions) refuses calls without its metadata first."""
     refuse_while_draining = name not in _ANSWERED_WHILE_DRAINING
 
     async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if restriction is not None and not _carries(context, restriction):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, grpc_refusal(restriction))
         if refuse_while_draining and gateway.draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
         try:
@@ -102,10 +134,14 @@ def guarded(name: str, gateway: Gateway, handler: Handler) -> Handler:
     return call
 
 
-def guarded_stream(name: str, gateway: Gateway, handler: StreamHandler) -> StreamHandler:
+def guarded_stream(
+    name: str, gateway: Gateway, handler: StreamHandler, restriction: Restriction | None = None
+) -> StreamHandler:
     """`guarded` for the bidi stream: per-request errors are in-band; this catches the rest."""
 
     async def call(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        if restriction is not None and not _carries(context, restriction):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, grpc_refusal(restriction))
         if gateway.draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
         try:
@@ -146,7 +182,7 @@ class InferenceService:
         return await self._gateway.model_metadata(request)
 
     async def ModelInfer(self, request: bytes, context: Any) -> bytes:
-        return await self._gateway.infer(pb.ModelInferRequest.FromString(request), request, _request_context(context))
+        return await self._gateway.infer(_parse_infer(request), request, _request_context(context))
 
     async def ModelStreamInfer(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         # Each request runs concurrently; its response (or in-band error) is queued as
@@ -157,7 +193,7 @@ class InferenceService:
         async def one(encoded: bytes) -> None:
             request_id = ""
             try:
-                request = pb.ModelInferRequest.FromString(encoded)
+                request = _parse_infer(encoded)
                 request_id = request.id
                 responses.put_nowait(stream_response(await self._gateway.infer(request, encoded, call_context)))
             except TurnoutError as exc:
@@ -246,32 +282,39 @@ class InferenceService:
         return self._gateway.trace_setting(request)
 
     async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
-        return self._gateway.log_settings(request)
+        answer = self._gateway.log_settings(request)
+        await self._gateway.forward_log_settings(request)
+        return answer
 
 
 # Methods whose payload crosses as bytes, unparsed by grpcio.
 RAW_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
 
 
-def method_handlers(gateway: Gateway) -> dict[str, grpc.RpcMethodHandler]:
-    """One guarded handler per method of protos.rpc.METHODS, keyed by method name."""
+def method_handlers(
+    gateway: Gateway, restrictions: Mapping[str, Restriction] | None = None
+) -> dict[str, grpc.RpcMethodHandler]:
+    """One guarded handler per method of protos.rpc.METHODS, keyed by method name;
+    `restrictions` maps API groups to the metadata they require."""
     service = InferenceService(gateway)
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in METHODS:
         function = getattr(service, method.name)
+        restriction = (restrictions or {}).get(GRPC_METHOD_GROUPS[method.name])
         raw = method.name in RAW_METHODS
-        deserializer = None if raw else getattr(pb, method.request).FromString
+        if not raw:
+            function = _parsing(function, getattr(pb, method.request))
         serializer = None if raw else getattr(pb, method.response).SerializeToString
+        # Requests arrive as bytes and are parsed inside `guarded`: a grpcio deserializer
+        # that fails answers UNKNOWN with a traceback, where bad bytes are INVALID_ARG.
         if method.streaming:
             handlers[method.name] = grpc.stream_stream_rpc_method_handler(
-                guarded_stream(method.name, gateway, function),
-                request_deserializer=deserializer,
+                guarded_stream(method.name, gateway, function, restriction),
                 response_serializer=serializer,
             )
         else:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                guarded(method.name, gateway, function),
-                request_deserializer=deserializer,
+                guarded(method.name, gateway, function, restriction),
                 response_serializer=serializer,
             )
     return handlers
@@ -309,10 +352,11 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
             await asyncio.sleep(self._watch_interval)
 
 
-def build_grpc_server(gateway: Gateway) -> grpc.aio.Server:
+def build_grpc_server(gateway: Gateway, restrictions: Mapping[str, Restriction] | None = None) -> grpc.aio.Server:
     """A grpc.aio server with both services added; the caller binds ports and starts it."""
     # so_reuseport off: a second gateway on the same fixed port must fail, not share it.
     server = grpc.aio.server(options=[*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 0)])
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, method_handlers(gateway)),))
+    handlers = method_handlers(gateway, restrictions)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     health_pb2_grpc.add_HealthServicer_to_server(HealthService(gateway), server)
     return server

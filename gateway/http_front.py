@@ -19,6 +19,7 @@ from gateway.dispatch import RequestContext
 from gateway.http_encoding import compress, decompress, json_compact, parse_json, response_encoding
 from gateway.http_infer import INFER_HEADER, OutputRendering, header_length, parse_infer_request, raw_binary_request
 from gateway.http_render import render_infer_response
+from gateway.restrictions import Restriction, http_refusal, parse_restrictions
 from gateway.settings import GatewaySettings
 from protos.grpc_service_pb2 import (
     CudaSharedMemoryStatusRequest,
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _JSON = "application/json"
+QUEUE_FULL_SUFFIX = "Exceeds maximum queue size"
+RETRY_AFTER_SECS = "1"
 _METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 
 # Triton's route expressions (src/http_server.cc), matched in Triton's order against
@@ -63,6 +66,25 @@ class _MethodNotAllowed(Exception):
 
 class _NotFound(Exception):
     pass
+
+
+class _Restricted(Exception):
+    def __init__(self, restriction: Restriction) -> None:
+        super().__init__(http_refusal(restriction))
+        self.message = http_refusal(restriction)
+
+
+# The API group (gateway.restrictions) of each kind of model route.
+_MODEL_GROUPS = {
+    "infer": "inference",
+    "generate": "inference",
+    "generate_stream": "inference",
+    "ready": "health",
+    "config": "model-config",
+    "stats": "statistics",
+    "trace/setting": "trace",
+    "": "metadata",
+}
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -96,6 +118,13 @@ class HttpFront:
     def __init__(self, gateway: Gateway, settings: GatewaySettings) -> None:
         self._gateway = gateway
         self._settings = settings
+        self._restrictions = parse_restrictions(settings.http_restricted_api)
+
+    def _allow(self, request: Request, group: str) -> None:
+        """Refuse a restricted API unless the request carries its header and value."""
+        restriction = self._restrictions.get(group)
+        if restriction is not None and request.headers.get(restriction.key) != restriction.value:
+            raise _Restricted(restriction)
 
     async def handle(self, request: Request) -> Response:
         raw_path = request.scope.get("raw_path")
@@ -104,10 +133,16 @@ class HttpFront:
         try:
             return await self._route(request, path)
         except TurnoutError as exc:
-            headers = {"Accept-Encoding": "gzip, deflate"} if exc.message == "Unsupported compression type" else None
+            headers = None
+            if exc.message == "Unsupported compression type":
+                headers = {"Accept-Encoding": "gzip, deflate"}
+            elif exc.message.endswith(QUEUE_FULL_SUFFIX):
+                headers = {"Retry-After": RETRY_AFTER_SECS}  # overload: tell the client when to come back
             return _error(exc.message, exc.http_status, headers)
         except _MethodNotAllowed:
             return _error("Method Not Allowed", 405)
+        except _Restricted as exc:
+            return _error(exc.message, 403)
         except _NotFound:
             return _error("Not Found", 404)
         except Exception as exc:  # the client still gets Triton's error shape
@@ -116,22 +151,30 @@ class HttpFront:
 
     async def _route(self, request: Request, path: str) -> Response:
         if path == "/v2/models/stats":
+            self._allow(request, "statistics")
             _need(request, "GET")
             return await self._statistics("", "")
         if path == "/v2/logging":
+            self._allow(request, "logging")
             return await self._logging(request)
         if match := _MODEL.fullmatch(path):
             name, version, kind = match.group(1), match.group(2) or "", match.group(3) or ""
+            self._allow(request, _MODEL_GROUPS[kind])
             return await self._model(request, name, version, kind)
         if match := _SERVER.fullmatch(path):
+            self._allow(request, "metadata" if match.group(1) is None else "health")
             return await self._server(request, match.group(1))
         if match := _SYSTEM_SHM.fullmatch(path):
+            self._allow(request, "shared-memory")
             return await self._system_shm(request, match.group(1) or "", match.group(2))
         if match := _CUDA_SHM.fullmatch(path):
+            self._allow(request, "shared-memory")
             return await self._cuda_shm(request, match.group(1) or "", match.group(2))
         if match := _REPOSITORY.fullmatch(path):
+            self._allow(request, "model-repository")
             return await self._repository(request, match.group(1), match.group(3), match.group(4))
         if path == _TRACE:
+            self._allow(request, "trace")
             return await self._trace(request, "")
         raise _NotFound
 
@@ -278,7 +321,9 @@ class HttpFront:
         _need(request, "GET", "POST")
         get = request.method == "GET"
         log = LogSettingsRequest() if get else http_json.log_request(await _document(request))
-        return _json(http_json.log_settings(self._gateway.log_settings(log)))
+        answer = self._gateway.log_settings(log)
+        await self._gateway.forward_log_settings(log)
+        return _json(http_json.log_settings(answer))
 
 
 def build_http_app(gateway: Gateway, settings: GatewaySettings) -> Starlette:

@@ -148,9 +148,10 @@ def _member(document: dict[str, Any], name: str, kind: str) -> Any:
     value = document[name]
     if kind == "string" and not isinstance(value, str):
         raise internal("attempt to access JSON non-string as string")
-    if kind == "uint" and (type(value) is not int or value < 0):
+    # Past 64 bits JSON numbers are doubles to rapidjson (Triton's parser), as here.
+    if kind == "uint" and (type(value) is not int or not 0 <= value < 2**64):
         raise internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
-    if kind == "int" and type(value) is not int:
+    if kind == "int" and (type(value) is not int or not -(2**63) <= value < 2**63):
         raise internal("attempt to access JSON non-signed-integer as signed-integer")
     return value
 

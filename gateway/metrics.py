@@ -1,25 +1,31 @@
 """The gateway's own Prometheus metrics, kept in a registry the composition root owns.
 
-The gateway counts the requests it routes, per model, protocol and outcome, and renders
-the sidecars' statistics under Triton's metric names.
+The gateway counts the requests it routes, per model, protocol and outcome, times them
+per model, version and protocol, and shows the fleet's Triton metrics summed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import socketserver
-import threading
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gateway.upstream import SidecarClient
+from protos import grpc_service_pb2 as pb
+from protos.triton_metrics import HOST_FAMILIES, Exposition, HostGauges, MetricsEndpoint, add_statistics
 
 if TYPE_CHECKING:
     from gateway.policy import Decision
 
 log = logging.getLogger(__name__)
+
+# Cheap native buckets (Triton's latency summaries cost a third of its throughput, #8561).
+DURATION_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+MAX_DURATION_SERIES = 512
 
 
 class GatewayMetrics:
@@ -33,6 +39,14 @@ class GatewayMetrics:
         )
         # labels() costs a lock and a dict build; keep each child once per label set.
         self._children: dict[tuple[str, str, bool], Counter] = {}
+        self._durations = Histogram(
+            "turnout_gateway_request_duration_seconds",
+            "Inference request duration through the gateway, by model, version and protocol",
+            ["model", "version", "protocol"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self._duration_children: dict[tuple[str, str, str], Histogram] = {}
         # Fleet routing. Labels stay bounded: versions are the policy's or "other",
         # reasons and outcomes are fixed sets, replicas are counted, not named.
         self._routes = Counter(
@@ -86,6 +100,19 @@ class GatewayMetrics:
             self._children[key] = child
         child.inc()
 
+    def observe_request(self, model: str, version: str, protocol: str, seconds: float) -> None:
+        key = (model, version, protocol)
+        child = self._duration_children.get(key)
+        if child is None:
+            # Versions come from clients: past a bound, new ones share one label value.
+            if len(self._duration_children) >= MAX_DURATION_SERIES:
+                key = (model, "other", protocol)
+                child = self._duration_children.get(key)
+            if child is None:
+                child = self._durations.labels(*key)
+                self._duration_children[key] = child
+        child.observe(seconds)
+
     def count_route(self, model: str, decision: Decision, version: str) -> None:
         """`version` is the arm's label: the chosen version, or "other" for one no policy names."""
         self._routes.labels(model, version or "default", decision.reason.value).inc()
@@ -111,123 +138,77 @@ class GatewayMetrics:
         self._replicas.labels("ejected").set(ejected)
 
 
-# Triton's per-model families, read at scrape time from the sidecars' statistics, so one
-# scrape of the gateway shows the whole fleet's models (full metrics are a later issue).
-# prometheus_client would print counters as `<name>_total`; Triton's dashboards expect
-# the bare names, so these are rendered here in the text format.
-_FAMILIES = (
-    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
-    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes"),
-    ("nv_inference_count", "Number of inferences performed (does not include cached requests)"),
-    ("nv_inference_exec_count", "Number of model executions performed (does not include cached requests)"),
-    (
-        "nv_inference_request_duration_us",
-        "Cumulative inference request duration in microseconds (includes cached requests)",
-    ),
-    ("nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds"),
-    (
-        "nv_inference_compute_input_duration_us",
-        "Cumulative compute input duration in microseconds (does not include cached requests)",
-    ),
-    (
-        "nv_inference_compute_infer_duration_us",
-        "Cumulative compute inference duration in microseconds (does not include cached requests)",
-    ),
-    (
-        "nv_inference_compute_output_duration_us",
-        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
-    ),
-)
+class FleetMetrics:
+    """Triton's families for the whole fleet, as one Triton would show them: every
+    sidecar's own /metrics, summed sample by sample (replicas add up), or, for a sidecar
+    whose metrics port is unknown, its ModelStatistics. Host gauges are this machine's."""
 
+    def __init__(self, sidecars: Callable[[], Sequence[SidecarClient]], timeout: float = 2.0) -> None:
+        self._sidecars = sidecars
+        self._timeout = timeout
+        self._host = HostGauges()
+        self._http: httpx.AsyncClient | None = None
 
-def _values(stats: Any) -> tuple[int, ...]:
-    s = stats.inference_stats
-    return (
-        s.success.count,
-        s.fail.count,
-        stats.inference_count,
-        stats.execution_count,
-        (s.success.ns + s.fail.ns) // 1000,
-        s.queue.ns // 1000,
-        s.compute_input.ns // 1000,
-        s.compute_infer.ns // 1000,
-        s.compute_output.ns // 1000,
-    )
+    async def render(self) -> str:
+        sidecars = list(self._sidecars())
+        answers = await asyncio.gather(*(self._scrape(c) for c in sidecars), return_exceptions=True)
+        exposition = Exposition()
+        for client, answer in zip(sidecars, answers, strict=True):
+            if isinstance(answer, BaseException):  # a scrape must not fail because one sidecar is away
+                log.warning("metrics of sidecar %s left out of this scrape: %s", client.address, answer)
+            elif isinstance(answer, str):
+                exposition.merge_text(answer, skip=HOST_FAMILIES)
+            else:
+                for stats in answer.model_stats:
+                    add_statistics(exposition, stats)
+        self._host.add_to(exposition)
+        return exposition.render()
 
+    async def _scrape(self, client: SidecarClient) -> str | pb.ModelStatisticsResponse:
+        if not client.metrics:
+            return await client.call("ModelStatistics", pb.ModelStatisticsRequest(), pb.ModelStatisticsResponse)
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=self._timeout)
+        response = await self._http.get(f"http://{client.metrics}/metrics")
+        response.raise_for_status()
+        return response.text
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def render_model_statistics(model_stats: Iterable[Any]) -> str:
-    """Triton's per-model counters in the Prometheus text format; families are declared
-    even when no model has samples, as Triton does."""
-    rows: list[list[str]] = [[] for _ in _FAMILIES]
-    for stats in model_stats:
-        labels = f'model="{_escape(stats.name)}",version="{_escape(stats.version)}"'
-        for index, ((name, _), value) in enumerate(zip(_FAMILIES, _values(stats), strict=True)):
-            extra = ',reason="OTHER"' if name.endswith("_failure") else ""
-            rows[index].append(f"{name}{{{labels}{extra}}} {value}")
-    lines: list[str] = []
-    for (name, text), samples in zip(_FAMILIES, rows, strict=True):
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} counter", *samples]
-    return "\n".join(lines) + "\n"
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
-        pass
-
-
-class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
 
 
 class MetricsServer:
-    """Serves `/metrics` (and `/metrics/`) on its own thread: the registry, then Triton's
-    per-model counters from `statistics`, a coroutine run on `loop` for each scrape."""
+    """Serves `/metrics` (and `/metrics/`): the gateway's registry, then the fleet's
+    Triton families (`fleet`, a coroutine run on `loop` for each scrape)."""
 
     def __init__(
         self,
         registry: CollectorRegistry,
         host: str,
         port: int,
-        statistics: Callable[[], Coroutine[Any, Any, Any]] | None = None,
+        fleet: Callable[[], Coroutine[Any, Any, str]] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         timeout: float = 5.0,
     ) -> None:
         self._registry = registry
-        self._statistics = statistics
-        self._loop = loop
+        self._fleet = fleet
+        self._loop = loop or asyncio.get_running_loop()
         self._timeout = timeout
-        self._server = make_server(host, port, self._app, _ThreadingServer, handler_class=_QuietHandler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
-        self._thread.start()
+        self._endpoint = MetricsEndpoint(host, port, self._render)
 
     @property
     def port(self) -> int:
-        return int(self._server.server_port)
+        return self._endpoint.port
 
-    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        if environ.get("PATH_INFO") not in ("/metrics", "/metrics/"):
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"Not Found"]
-        body = generate_latest(self._registry) + self._model_statistics().encode()
-        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))])
-        return [body]
-
-    def _model_statistics(self) -> str:
-        if self._statistics is None or self._loop is None:
-            return render_model_statistics(())
-        try:
-            future = asyncio.run_coroutine_threadsafe(self._statistics(), self._loop)
-            response: Any = future.result(self._timeout)
-        except Exception:  # a scrape must not fail because one sidecar is away
-            log.warning("model statistics unavailable for this scrape", exc_info=True)
-            return render_model_statistics(())
-        return render_model_statistics(response.model_stats)
+    def _render(self) -> bytes:
+        models = Exposition().render()
+        if self._fleet is not None:
+            try:
+                models = asyncio.run_coroutine_threadsafe(self._fleet(), self._loop).result(self._timeout)
+            except Exception:  # the gateway's own metrics are still worth a scrape
+                log.warning("fleet metrics unavailable for this scrape", exc_info=True)
+        return generate_latest(self._registry) + models.encode()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._endpoint.close()

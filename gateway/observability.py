@@ -1,16 +1,17 @@
 """The trace and log settings that clients read and change through the API.
 
 Trace settings are a global set plus per-model overrides; every value is a list of
-strings, as the protocol carries them. Log settings apply to Python logging.
+strings, as the protocol carries them. Log settings (protos.logs) apply to Python logging.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+from protos.logs import LogSettings, LogValue
 from protos.status import invalid_arg, unsupported
+
+__all__ = ["LogSettings", "LogValue", "TraceSettings"]
 
 TRACE_DEFAULTS: dict[str, tuple[str, ...]] = {
     "trace_file": ("",),
@@ -77,63 +78,3 @@ def _validate_trace(key: str, values: Sequence[str]) -> None:
             int(values[0])
         except ValueError:
             raise invalid_arg(f"Unable to parse '{key}', got: {values[0]}") from None
-
-
-LogValue = bool | int | str
-
-
-@dataclass
-class LogSettings:
-    """Triton's log settings, applied to the Python loggers of this process."""
-
-    log_file: str = ""
-    log_info: bool = True
-    log_warning: bool = True
-    log_error: bool = True
-    log_verbose_level: int = 0
-    log_format: str = "default"
-
-    _TYPES = {
-        "log_file": str,
-        "log_info": bool,
-        "log_warning": bool,
-        "log_error": bool,
-        "log_verbose_level": int,
-        "log_format": str,
-    }
-
-    def as_dict(self) -> dict[str, LogValue]:
-        return {key: getattr(self, key) for key in self._TYPES}
-
-    def update(self, updates: Mapping[str, LogValue]) -> dict[str, LogValue]:
-        for key, value in updates.items():
-            expected = self._TYPES.get(key)
-            if expected is None:
-                raise invalid_arg(f"Unknown logging setting '{key}'")
-            if type(value) is not expected:
-                kind = {bool: "a boolean", int: "an unsigned integer", str: "a string"}[expected]
-                raise invalid_arg(f"expect '{key}' to be {kind}")
-            if key == "log_file" and value != self.log_file:
-                raise unsupported("log file location can not be updated through network protocol")
-            if key == "log_format" and value not in ("default", "ISO8601"):
-                raise invalid_arg(f"invalid argument for log_format, got: {value}")
-            if key == "log_verbose_level" and isinstance(value, int) and value < 0:
-                raise invalid_arg("expect 'log_verbose_level' to be an unsigned integer")
-        for key, value in updates.items():
-            setattr(self, key, value)
-        self.apply()
-        return self.as_dict()
-
-    def apply(self, logger: logging.Logger | None = None) -> None:
-        """Set the level of `logger` (the root logger by default) from these settings."""
-        if self.log_verbose_level > 0:
-            level = logging.DEBUG
-        elif self.log_info:
-            level = logging.INFO
-        elif self.log_warning:
-            level = logging.WARNING
-        elif self.log_error:
-            level = logging.ERROR
-        else:
-            level = logging.CRITICAL + 1
-        (logger or logging.getLogger()).setLevel(level)

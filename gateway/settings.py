@@ -12,6 +12,7 @@ class SidecarAddress:
     framework: str
     address: str
     lane: str = ""  # the sidecar's infer lane (protos.lane: "unix:/path" or host:port); "" = ModelInfer over gRPC
+    metrics: str = ""  # the sidecar's /metrics (host:port); "" = render its ModelStatistics instead
 
 
 @dataclass(frozen=True)
@@ -40,3 +41,16 @@ class GatewaySettings:
     routing_file: str = ""  # YAML routing policies (gateway.policies)
     routing_kv_prefix: str = "turnout/routing/"  # Consul KV prefix watched for policies, with `consul`
     routing_seed: int | None = None  # seeds the weighted draws and replica picks; None = from the OS
+    # Restricted APIs (gateway.restrictions): Triton's `<api>[,<api>...]:<key>=<value>` specs.
+    http_restricted_api: tuple[str, ...] = ()
+    # Requests in flight per sidecar replica beyond which the gateway refuses at once; 0 = no limit.
+    sidecar_max_inflight: int = 1024
+    # TLS. gRPC as Triton's --grpc-use-ssl* (PEM file paths); HTTPS, which Triton lacks, through uvicorn.
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False  # also require a client certificate signed by grpc_root_cert
+    grpc_server_cert: str = ""
+    grpc_server_key: str = ""
+    grpc_root_cert: str = ""
+    http_ssl_certfile: str = ""
+    http_ssl_keyfile: str = ""
+    grpc_restricted_protocol: tuple[str, ...] = ()

@@ -52,9 +52,13 @@ class SharedMemory:
             )
         if name in self._regions:
             raise TurnoutError(Status.ALREADY_EXISTS, f"shared memory region '{name}' already in manager")
-        path = self._root / key.lstrip("/")
+        # A POSIX shm name is one path component under the shm root: no folder, no "..".
+        leaf = key.lstrip("/")
+        if not leaf or "/" in leaf or "\0" in leaf or leaf in (".", ".."):
+            raise internal(f"Unable to open shared memory region: '{key}'")
+        path = self._root / leaf
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         except OSError as exc:
             raise internal(f"Unable to open shared memory region: '{key}'") from exc
         try:

@@ -2,20 +2,29 @@
 gateway in this process, and stop the children after the gateway has drained.
 
 Children run in their own session (a terminal's Ctrl-C reaches only us, so shutdown
-keeps its order) and die with us even on SIGKILL (Linux parent-death signal).
+keeps its order) and die with us even on SIGKILL (Linux parent-death signal). A child
+that dies is restarted, with backoff, on the same gRPC port and lane socket, so the
+gateway's clients reconnect to it unchanged; the log says how it died.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from gateway.settings import GatewaySettings, SidecarAddress
 from protos.layout import framework_of_model
@@ -25,6 +34,10 @@ log = logging.getLogger("turnout.supervisor")
 READY_PREFIX = "TURNOUT_SIDECAR_READY"
 DEFAULT_FRAMEWORK = "onnxruntime"
 _PR_SET_PDEATHSIG = 1
+# A child that dies sooner than this after its start counts as crash-looping: its next
+# restart waits longer, doubling up to the cap.
+STABLE_SECS = 30.0
+RESTART_BACKOFF_SECS = (0.5, 10.0)
 
 
 def frameworks_in(repositories: Sequence[str]) -> list[str]:
@@ -52,6 +65,10 @@ def sidecar_arguments(
     backend_configs: Sequence[str],
     exit_timeout_secs: float,
     log_verbose: int,
+    log_info: bool = True,
+    log_warning: bool = True,
+    log_error: bool = True,
+    log_format: str = "default",
 ) -> list[str]:
     """The command-line flags every sidecar of a `turnout up` shares."""
     arguments = [f"--model-repository={r}" for r in model_repositories]
@@ -60,6 +77,11 @@ def sidecar_arguments(
         f"--repository-poll-secs={repository_poll_secs}",
         f"--exit-timeout-secs={exit_timeout_secs}",
         f"--log-verbose={log_verbose}",
+        f"--log-info={log_info}",
+        f"--log-warning={log_warning}",
+        f"--log-error={log_error}",
+        f"--log-format={log_format}",
+        "--metrics-port=0",
         "--exit-on-error" if exit_on_error else "--no-exit-on-error",
         "--strict-readiness" if strict_readiness else "--no-strict-readiness",
     ]
@@ -81,6 +103,10 @@ class _Child:
     process: subprocess.Popen[str]
     address: str = ""
     lane: str = ""
+    metrics: str = ""
+    lane_folder: str = ""
+    started: float = 0.0
+    quick_deaths: int = 0
 
 
 class Supervisor:
@@ -91,6 +117,9 @@ class Supervisor:
         self._arguments = list(arguments)
         self._exit_timeout = exit_timeout_secs
         self._children: list[_Child] = []
+        # Set before the children are stopped: from then on, a child's exit is no death.
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
 
     def run(self, settings_for: Callable[[tuple[SidecarAddress, ...]], GatewaySettings]) -> int:
         from gateway.app import run as run_gateway
@@ -99,7 +128,7 @@ class Supervisor:
         try:
             for framework in frameworks_in(self._repositories):
                 self._start(framework)
-            addresses = tuple(SidecarAddress(c.framework, c.address, c.lane) for c in self._children)
+            addresses = tuple(SidecarAddress(c.framework, c.address, c.lane, c.metrics) for c in self._children)
             return run_gateway(settings_for(addresses))
         except _StartFailed as failure:
             log.error("%s", failure)
@@ -108,14 +137,26 @@ class Supervisor:
             self._stop_children()
 
     def _start(self, framework: str) -> None:
+        # The lane socket lives in a folder we own, so a restarted child binds the same path.
+        folder = tempfile.mkdtemp(prefix="turnout-")
+        child = _Child(framework, None, lane_folder=folder)  # type: ignore[arg-type]
+        self._children.append(child)
+        self._launch(child, ["--port=0"])
+        # The thread that started a child must outlive it (the parent-death signal
+        # follows the forking thread), so the watcher restarts children itself.
+        threading.Thread(target=self._watch, args=(child,), daemon=True).start()
+
+    def _launch(self, child: _Child, placement: list[str]) -> None:
+        """Start `child`'s process and wait for its ready line; raises _StartFailed."""
         command = [
             sys.executable,
             "-m",
             "sidecars",
-            f"--framework={framework}",
+            f"--framework={child.framework}",
             "--host=127.0.0.1",
-            "--port=0",
             *self._arguments,
+            f"--lane-path={os.path.join(child.lane_folder, 'lane.sock')}",
+            *placement,  # after the shared flags: click keeps an option's last value
         ]
         process = subprocess.Popen(
             command,
@@ -124,28 +165,72 @@ class Supervisor:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
-        child = _Child(framework, process)
-        self._children.append(child)
+        with self._lock:
+            child.process = process
+            if self._stopping.is_set():
+                process.send_signal(signal.SIGTERM)
+        framework = child.framework
+        child.started = time.monotonic()
         assert process.stdout is not None
         for line in process.stdout:
             if line.startswith(READY_PREFIX):
                 fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
                 child.address = fields["grpc"]
                 child.lane = "" if fields.get("lane", "off") == "off" else fields["lane"]
+                child.metrics = "" if fields.get("metrics", "off") == "off" else fields["metrics"]
                 break
             sys.stdout.write(line)
         else:
             code = process.wait()
             raise _StartFailed(f"the {framework} sidecar exited with status {code} before it was ready")
         log.info("%s sidecar ready on %s (pid %d)", framework, child.address, process.pid)
-        # Keep its stdout drained so a chatty child never blocks on a full pipe.
-        threading.Thread(target=_forward, args=(process.stdout,), daemon=True).start()
+
+    def _watch(self, child: _Child) -> None:
+        """Forward the child's output until it exits; restart it unless we are stopping."""
+        while True:
+            process = child.process
+            _forward(process.stdout)  # also keeps the pipe drained, so a chatty child never blocks
+            code = process.wait()
+            if self._stopping.is_set():
+                return
+            lived = time.monotonic() - child.started
+            child.quick_deaths = child.quick_deaths + 1 if lived < STABLE_SECS else 0
+            first, cap = RESTART_BACKOFF_SECS
+            delay = min(first * 2 ** (child.quick_deaths - 1), cap) if child.quick_deaths else 0.0
+            log.error(
+                "the %s sidecar (pid %d) died: %s after %.1f s; restarting in %.1f s",
+                child.framework,
+                process.pid,
+                _exit_reason(code),
+                lived,
+                delay,
+            )
+            if self._stopping.wait(delay):
+                return
+            port = child.address.rpartition(":")[2]
+            placement = [f"--port={port}"]
+            if child.metrics:
+                placement.append(f"--metrics-port={child.metrics.rpartition(':')[2]}")
+            try:
+                for attempt in Retrying(
+                    retry=retry_if_exception_type(_StartFailed),
+                    wait=wait_exponential(multiplier=first, max=cap),
+                    stop=lambda _: self._stopping.is_set(),
+                    reraise=True,
+                ):
+                    with attempt:
+                        self._launch(child, placement)
+            except _StartFailed as failure:
+                log.error("gave up restarting the %s sidecar: %s", child.framework, failure)
+                return
 
     def _stop_children(self) -> None:
         """SIGTERM every child, give them the drain window, then SIGKILL what is left."""
-        for child in self._children:
-            if child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
+        with self._lock:
+            self._stopping.set()
+            for child in self._children:
+                if child.process.poll() is None:
+                    child.process.send_signal(signal.SIGTERM)
         for child in self._children:
             try:
                 child.process.wait(timeout=self._exit_timeout + 1)
@@ -153,10 +238,19 @@ class Supervisor:
                 log.warning("%s sidecar did not stop in time; killing it", child.framework)
                 child.process.kill()
                 child.process.wait()
+            shutil.rmtree(child.lane_folder, ignore_errors=True)
 
 
 class _StartFailed(Exception):
     pass
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exited with status {code}"
 
 
 def _forward(stream: object) -> None:

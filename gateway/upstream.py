@@ -38,18 +38,28 @@ def _translate(exc: grpc.aio.AioRpcError) -> TurnoutError:
     return TurnoutError(status_from_grpc(exc.code()), details)
 
 
+# A restarted sidecar comes back on the same address within a second or two; grpc's
+# default reconnect backoff (1 s, growing to 120 s) would keep its channel down far longer.
+_RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+
+
 class SidecarClient:
     """One sidecar: its framework name, address and channel.
 
     Create it inside the event loop that will use it; `close()` releases the channel.
     """
 
-    def __init__(self, framework: str, address: str, lane: str = "") -> None:
+    def __init__(self, framework: str, address: str, lane: str = "", metrics: str = "") -> None:
         self.framework = framework
         self.address = address
+        self.metrics = metrics  # host:port of its /metrics, "" if unknown
         # ModelInfer takes the sidecar's lane when it has one: a frame costs far less than a call.
         self._lane = LaneClient(lane) if lane else None
-        self._channel = grpc.aio.insecure_channel(address, options=MESSAGE_SIZE_OPTIONS)
+        self._channel = grpc.aio.insecure_channel(address, options=[*MESSAGE_SIZE_OPTIONS, *_RECONNECT_OPTIONS])
         self._calls: dict[str, Any] = {}
         for method in METHODS:
             if method.streaming:

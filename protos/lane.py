@@ -4,8 +4,10 @@ One gRPC call costs the gateway about ten times what a frame on a Unix socket do
 ModelInfer travels here; everything else stays on the sidecar's gRPC service. A frame
 is `u32 payload length | u64 call id | u8 kind | payload`. Requests carry a serialized
 ModelInferRequest, replies a serialized ModelInferResponse or an error (status name,
-NUL, message). Writes made in one turn of the event loop leave in one syscall, so
-concurrent calls share the hop's cost.
+NUL, message). A CANCEL frame (empty payload) says the caller gave up on a call (its
+deadline passed, its client went away): the sidecar cancels it, which drops it from
+its batcher's queue if it has not run yet, and sends no reply. Writes made in one turn
+of the event loop leave in one syscall, so concurrent calls share the hop's cost.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class Kind(IntEnum):
     INFER = 1
     REPLY = 2
     ERROR = 3
+    CANCEL = 4
 
 
 def encode_error(error: TurnoutError) -> bytes:
@@ -87,11 +90,25 @@ class _ServerConnection(_Framer):
         super().__init__()
         self._handler = handler
         self._tasks = tasks
+        self._calls: dict[int, asyncio.Task[None]] = {}  # in-flight answers of this connection, by call id
 
     def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
+        if kind == Kind.CANCEL:
+            call = self._calls.pop(call_id, None)
+            if call is not None:
+                call.cancel()
+            return
         task = asyncio.get_running_loop().create_task(self._answer(call_id, payload))
         self._tasks.add(task)
+        self._calls[call_id] = task
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self._calls.pop(call_id, None))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # The gateway is gone: nobody waits for these answers any more.
+        for call in list(self._calls.values()):
+            call.cancel()
+        self._calls.clear()
 
     async def _answer(self, call_id: int, payload: bytes) -> None:
         try:
@@ -195,6 +212,11 @@ class LaneClient:
         connection.send(call_id, Kind.INFER, payload)
         try:
             return await future
+        except asyncio.CancelledError:
+            # Our caller's deadline passed or its client went away: let the sidecar drop it.
+            if not connection.closed:
+                connection.send(call_id, Kind.CANCEL, b"")
+            raise
         finally:
             connection.waiting.pop(call_id, None)
 

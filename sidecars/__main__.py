@@ -1,6 +1,7 @@
 """The sidecar command line: `python -m sidecars --framework onnxruntime --model-repository DIR`.
 
-Every option may also come from a TURNOUT_SIDECAR_<OPTION> environment variable."""
+Every option may also come from a TURNOUT_SIDECAR_<OPTION> environment variable, named after
+the flag (--model-repository: TURNOUT_SIDECAR_MODEL_REPOSITORY; repeatable ones space-separated)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option(
     "--model-repository",
     "model_repositories",
+    envvar="TURNOUT_SIDECAR_MODEL_REPOSITORY",
     required=True,
     multiple=True,
     type=click.Path(file_okay=False, path_type=Path),
@@ -38,13 +40,25 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--port", default=0, type=click.IntRange(0, 65535), help="0 binds a free port")
 @click.option("--model-control-mode", default="none", type=click.Choice([m.value for m in ControlMode]))
 @click.option("--repository-poll-secs", default=15.0, type=click.FloatRange(min=0.1))
-@click.option("--load-model", "load_models", multiple=True, help="explicit mode: load at start ('*' = all)")
+@click.option(
+    "--load-model",
+    "load_models",
+    envvar="TURNOUT_SIDECAR_LOAD_MODEL",
+    multiple=True,
+    help="explicit mode: load at start ('*' = all)",
+)
 @click.option("--exit-on-error/--no-exit-on-error", default=True)
 @click.option("--strict-readiness/--no-strict-readiness", default=True)
 @click.option("--disable-auto-complete-config", is_flag=True, default=False)
 @click.option("--backend-config", multiple=True, help="<setting>=<value>, e.g. default-max-batch-size=4")
 @click.option("--exit-timeout-secs", default=30.0, type=click.FloatRange(min=0))
 @click.option("--log-verbose", default=0, type=click.IntRange(min=0))
+@click.option("--log-info", default=True, type=click.BOOL)
+@click.option("--log-warning", default=True, type=click.BOOL)
+@click.option("--log-error", default=True, type=click.BOOL)
+@click.option("--log-format", default="default", type=click.Choice(["default", "ISO8601", "json"]))
+@click.option("--metrics-port", default=0, type=click.IntRange(0, 65535), help="/metrics port; 0 binds a free port")
+@click.option("--allow-metrics", default=True, type=click.BOOL)
 @click.option(
     "--lane",
     default="auto",
@@ -52,6 +66,7 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     help="the gateway's infer lane: a Unix socket on loopback (auto), TCP, or none",
 )
 @click.option("--lane-port", default=0, type=click.IntRange(0, 65535), help="TCP lane port; 0 binds a free port")
+@click.option("--lane-path", default="", help="Unix lane socket path (a stale socket there is replaced)")
 @click.option("--consul", default="", help="HOST:PORT of the local Consul agent: register this sidecar there")
 @click.option("--consul-service", default="turnout-sidecar", help="the Consul service name to register under")
 @click.option("--advertise-address", default="", help="address the gateway and Consul reach this sidecar at")
@@ -72,8 +87,15 @@ def main(
     backend_config: tuple[str, ...],
     exit_timeout_secs: float,
     log_verbose: int,
+    log_info: bool,
+    log_warning: bool,
+    log_error: bool,
+    log_format: str,
+    metrics_port: int,
+    allow_metrics: bool,
     lane: str,
     lane_port: int,
+    lane_path: str,
     consul: str,
     consul_service: str,
     advertise_address: str,
@@ -103,8 +125,15 @@ def main(
         backend_config=options,
         exit_timeout_secs=exit_timeout_secs,
         log_verbose=log_verbose,
+        log_info=log_info,
+        log_warning=log_warning,
+        log_error=log_error,
+        log_format=log_format,
+        metrics_port=metrics_port,
+        allow_metrics=allow_metrics,
         lane=lane,
         lane_port=lane_port,
+        lane_path=lane_path,
         consul=consul,
         consul_service=consul_service,
         advertise_address=advertise_address,

@@ -21,6 +21,10 @@ from sidecars.statistics import BatchTimes, VersionStatistics
 from sidecars.validation import ValidRequest
 
 
+class BackendFailure(TurnoutError):
+    """The framework failed to execute a batch (Triton's failure reason BACKEND)."""
+
+
 @dataclass(frozen=True)
 class Result:
     """One request's slice of a batch's outputs and what it cost."""
@@ -92,6 +96,15 @@ class DynamicBatcher:
         self._delivered = 0
         self._deliveries: dict[int, Callable[[], None]] = {}
         self._workers = [asyncio.create_task(self._work(instance)) for instance in self._instances]
+
+    @property
+    def instance_count(self) -> int:
+        return len(self._instances)
+
+    @property
+    def pending(self) -> int:
+        """Requests queued and not yet executing (Triton's pending request count)."""
+        return self._queued
 
     async def submit(self, request: ValidRequest) -> Result:
         """Queue a request and wait for its outputs. Raises TurnoutError on a full
@@ -238,7 +251,8 @@ class DynamicBatcher:
         try:
             outputs = await instance.execute(inputs)
         except Exception as exc:
-            error = exc if isinstance(exc, TurnoutError) else internal(str(exc))
+            failed = exc if isinstance(exc, TurnoutError) else internal(str(exc))
+            error = BackendFailure(failed.status, failed.message)
             self._deliver(sequence, lambda: _fail(batch, error))
             return
         inferred = time.monotonic_ns()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,8 +187,9 @@ class ModelManager:
                 reason = result.message if isinstance(result, TurnoutError) else str(result)
                 failures.append((version, reason))
             else:
-                config, instances = result
+                config, instances, load_secs = result
                 loaded[version] = LoadedVersion(config, version, instances, folder)
+                loaded[version].stats.load_secs = load_secs
         if failures:
             await asyncio.gather(*(v.close() for v in loaded.values()))
             for version, reason in failures:
@@ -220,15 +222,17 @@ class ModelManager:
 
     async def _open_version(
         self, base: mc.ModelConfig, version_dir: Path
-    ) -> tuple[mc.ModelConfig, list[ModelInstance]]:
-        """Prepare a version and warm its instances up; it is ready only after both."""
+    ) -> tuple[mc.ModelConfig, list[ModelInstance], float]:
+        """Prepare a version and warm its instances up; it is ready only after both.
+        Returns the config, the instances and the seconds both took."""
+        started = time.monotonic()
         config, instances = await asyncio.to_thread(self._prepare, base, version_dir)
         try:
             await warm_up(config, instances, version_dir.parent)
         except BaseException:
             await asyncio.gather(*(asyncio.to_thread(i.close) for i in instances))
             raise
-        return config, instances
+        return config, instances, time.monotonic() - started
 
     def _prepare(self, base: mc.ModelConfig, version_dir: Path) -> tuple[mc.ModelConfig, list[ModelInstance]]:
         """Blocking: complete the config from this version's file and open its instances."""

@@ -14,7 +14,10 @@ import tempfile
 import grpc
 
 from protos.lane import LaneServer
+from protos.logs import LogSettings
 from protos.rpc import MESSAGE_SIZE_OPTIONS
+from protos.triton_metrics import MetricsEndpoint, on_loop
+from sidecars.metrics import SidecarMetrics
 from sidecars.models import ModelManager
 from sidecars.registration import ConsulRegistration
 from sidecars.runtime import Runtime, RuntimeUnavailable, UnavailableRuntime, runtime_for
@@ -23,7 +26,7 @@ from sidecars.settings import ControlMode, SidecarSettings
 
 log = logging.getLogger("sidecars")
 
-READY_LINE = "TURNOUT_SIDECAR_READY grpc={host}:{port} lane={lane} framework={framework}"
+READY_LINE = "TURNOUT_SIDECAR_READY grpc={host}:{port} lane={lane} framework={framework} metrics={metrics}"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -34,6 +37,12 @@ async def _start_lane(lane: LaneServer, settings: SidecarSettings) -> tuple[str,
     if mode == "auto":
         # A registered sidecar serves gateways on other hosts, which a Unix socket cannot.
         mode = "unix" if settings.host in _LOOPBACK and not settings.consul else "tcp"
+    if mode == "unix" and settings.lane_path:
+        # A path a supervisor chose, so a restarted sidecar keeps its address; the
+        # socket a killed predecessor left there is ours to replace.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(settings.lane_path)
+        return await lane.start_unix(settings.lane_path), None
     if mode == "unix":
         # A private folder: socket paths must stay short (108 bytes) and unguessable.
         folder = tempfile.mkdtemp(prefix="turnout-")
@@ -65,7 +74,7 @@ async def serve(settings: SidecarSettings) -> int:
         return 1
     manager = ModelManager(settings, runtime)
     server = grpc.aio.server(options=MESSAGE_SIZE_OPTIONS)
-    service = add_services(server, manager)
+    service = add_services(server, manager, _log_settings(settings))
     port = server.add_insecure_port(f"{settings.host}:{settings.port}")
     await server.start()
     lane = LaneServer(service.infer_encoded)
@@ -89,7 +98,15 @@ async def serve(settings: SidecarSettings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
 
-    ready = READY_LINE.format(host=settings.host, port=port, lane=lane_address, framework=settings.framework)
+    metrics: MetricsEndpoint | None = None
+    metrics_address = "off"
+    if settings.allow_metrics:
+        render = on_loop(SidecarMetrics(manager).render, loop)
+        metrics = MetricsEndpoint(settings.host, settings.metrics_port, render)
+        metrics_address = f"{settings.host}:{metrics.port}"
+    ready = READY_LINE.format(
+        host=settings.host, port=port, lane=lane_address, framework=settings.framework, metrics=metrics_address
+    )
     print(ready, flush=True)
     registration, registering = _start_registration(settings, manager, port, lane_address)
     poller = None
@@ -115,6 +132,8 @@ async def serve(settings: SidecarSettings) -> int:
     lane.stop_accepting()
     await asyncio.gather(server.stop(settings.exit_timeout_secs), lane.drain(settings.exit_timeout_secs))
     _remove_lane_folder(lane_folder)
+    if metrics is not None:
+        metrics.close()
     try:
         await asyncio.wait_for(manager.close(), settings.exit_timeout_secs)
     except TimeoutError:
@@ -141,10 +160,17 @@ def _remove_lane_folder(folder: str | None) -> None:
             os.rmdir(folder)
 
 
-def run(settings: SidecarSettings) -> int:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+def _log_settings(settings: SidecarSettings) -> LogSettings:
+    return LogSettings(
+        log_info=settings.log_info,
+        log_warning=settings.log_warning,
+        log_error=settings.log_error,
+        log_verbose_level=settings.log_verbose,
+        log_format=settings.log_format,
     )
+
+
+def run(settings: SidecarSettings) -> int:
+    logging.basicConfig(stream=sys.stderr)
+    _log_settings(settings).apply()
     return asyncio.run(serve(settings))

@@ -15,8 +15,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
+from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_response, log_updates
 from protos.rpc import METHODS
 from protos.status import TurnoutError, invalid_arg, not_found, unavailable, unsupported
+from sidecars.batcher import BackendFailure
 from sidecars.config import parse_override
 from sidecars.models import LoadedVersion, ModelManager
 from sidecars.responses import build_response
@@ -85,8 +87,9 @@ def _stream_rpc(
 class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     """inference.GRPCInferenceService for the models one ModelManager owns."""
 
-    def __init__(self, manager: ModelManager) -> None:
+    def __init__(self, manager: ModelManager, logs: LogSettings | None = None) -> None:
         self.manager = manager
+        self.logs = logs or LogSettings()
         unwrapped = [m.name for m in METHODS if not getattr(getattr(self, m.name), "error_wrapped", False)]
         if unwrapped:
             raise TypeError(f"RPCs without the error wrapper: {unwrapped}")
@@ -140,17 +143,42 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
 
     async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         start = time.monotonic_ns()
+        # The gateway's request id: the client's `id`, else one it generated and passed as
+        # a parameter, stripped here so the model never sees it. Every log line carries it.
+        request_id = request.id
+        parameters = request.parameters
+        if REQUEST_ID_PARAMETER in parameters:
+            request_id = request_id or parameters[REQUEST_ID_PARAMETER].string_param
+            del parameters[REQUEST_ID_PARAMETER]
+        REQUEST_ID.set(request_id)
+        verbose = log.isEnabledFor(logging.DEBUG)
+        if verbose:
+            log.debug("infer model '%s' version '%s'", request.model_name, request.model_version)
         loaded: LoadedVersion = self.manager.resolve(request.model_name, request.model_version)
+        reason = "OTHER"  # Triton's failure reason, by the step that failed
         try:
             valid = validate(request, loaded.signature)
+            reason = "REJECTED"
             result = await loaded.batcher.submit(valid)
+            reason = "OTHER"
             response = build_response(
                 loaded.name, loaded.version_text, loaded.signature, valid, result.outputs, loaded.labels
             )
-        except TurnoutError:
-            loaded.stats.record_failure(time.monotonic_ns() - start)
+        except BackendFailure as exc:
+            loaded.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
+            log.debug("infer failed in the backend: %s", exc.message)
+            raise
+        except TurnoutError as exc:
+            loaded.stats.record_failure(time.monotonic_ns() - start, reason)
+            log.debug("infer failed (%s): %s", reason, exc.message)
+            raise
+        except asyncio.CancelledError:
+            loaded.stats.record_failure(time.monotonic_ns() - start, "CANCELED")
+            log.debug("infer cancelled by its client")
             raise
         loaded.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.times)
+        if verbose:
+            log.debug("infer done in %d us", (time.monotonic_ns() - start) // 1000)
         return response
 
     async def infer_encoded(self, encoded: bytes) -> bytes:
@@ -288,8 +316,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         raise unsupported("trace settings are served by the turnout gateway")
 
     @rpc
-    async def LogSettings(self, request: Any, context: Any) -> Any:
-        raise unsupported("log settings are served by the turnout gateway")
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
+        # The gateway forwards its clients' changes here, so both processes log alike.
+        current = self.logs.update(log_updates(request)) if request.settings else self.logs.as_dict()
+        response = pb.LogSettingsResponse()
+        fill_log_response(current, response)
+        return response
 
 
 FLEET_HEALTH_SERVICE = "turnout.Sidecar"
@@ -335,8 +367,8 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
             await asyncio.sleep(0.5)
 
 
-def add_services(server: grpc.aio.Server, manager: ModelManager) -> InferenceService:
-    service = InferenceService(manager)
+def add_services(server: grpc.aio.Server, manager: ModelManager, logs: LogSettings | None = None) -> InferenceService:
+    service = InferenceService(manager, logs)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthService(manager), server)
     return service

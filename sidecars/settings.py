@@ -31,8 +31,15 @@ class SidecarSettings:
     backend_config: tuple[tuple[str, str], ...] = ()
     exit_timeout_secs: float = 30.0
     log_verbose: int = 0
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_format: str = "default"  # default | ISO8601 | json (protos.logs)
+    metrics_port: int = 0  # this sidecar's /metrics; 0 binds a free port (on the ready line)
+    allow_metrics: bool = True
     lane: str = "auto"  # infer lane: auto (Unix socket on loopback, else TCP) | unix | tcp | off
     lane_port: int = 0
+    lane_path: str = ""  # Unix lane socket path; "" = a private temporary folder (a supervisor fixes it to restart us)
     # Fleet registration (sidecars.registration); "" = do not register.
     consul: str = ""  # HOST:PORT of the local Consul agent's HTTP API
     consul_service: str = "turnout-sidecar"

@@ -55,6 +55,9 @@ class VersionStatistics:
         self.execution_count = 0
         self.last_inference_ms = 0
         self.batches: dict[int, BatchDurations] = {}
+        # Triton's failure reasons (REJECTED, CANCELED, BACKEND, OTHER) -> count.
+        self.failures: dict[str, int] = {}
+        self.load_secs = 0.0
 
     def record_batch(self, times: BatchTimes) -> None:
         self.execution_count += 1
@@ -74,8 +77,9 @@ class VersionStatistics:
         self.compute_output.add(times.output_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
-    def record_failure(self, total_ns: int) -> None:
+    def record_failure(self, total_ns: int, reason: str = "OTHER") -> None:
         self.fail.add(total_ns)
+        self.failures[reason] = self.failures.get(reason, 0) + 1
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def fill(self, target: pb.ModelStatistics) -> None:

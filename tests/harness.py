@@ -224,6 +224,13 @@ def _simple_timeout(repo: Path) -> None:
     )
 
 
+def _simple_held(repo: Path) -> None:
+    # Holds every request 1.5 s in the queue, with no queue timeout of its own.
+    make_models().write_simple(
+        repo, name="simple_held", extra_config="dynamic_batching { max_queue_delay_microseconds: 1500000 }"
+    )
+
+
 def _simple_int8(repo: Path) -> None:
     make_models().write_simple(repo, name="simple_int8", datatype="INT8")
 
@@ -240,6 +247,7 @@ MODELS = {
     "simple_int8": _simple_int8,
     "simple_queue": _simple_queue,
     "simple_timeout": _simple_timeout,
+    "simple_held": _simple_held,
 }
 
 

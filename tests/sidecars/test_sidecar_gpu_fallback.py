@@ -81,9 +81,15 @@ def test_kind_gpu_model_loads_and_serves_on_cpu_with_a_warning(gpu_sidecar: Side
     assert client.is_model_ready(model)
     inputs, data = simple_inputs(grpcclient)
     np.testing.assert_array_equal(client.infer(model, inputs).as_numpy("OUTPUT0"), data + 1)
-    warning = f"WARNING sidecars.onnxruntime.runtime: model '{model}' instance '{model}_0' (cuda:0): "
-    assert f"{warning}{CUDA} is not available in this onnxruntime build" in gpu_sidecar.output()
-    assert f"{warning}running on CPU instead" in gpu_sidecar.output()
+    # Triton's log lines: `W<date> <time> <pid> <logger>:<line>] <message>`.
+    warnings = "\n".join(
+        line.partition("] ")[2]
+        for line in gpu_sidecar.output().splitlines()
+        if line.startswith("W") and " sidecars.onnxruntime.runtime:" in line
+    )
+    warning = f"model '{model}' instance '{model}_0' (cuda:0): "
+    assert f"{warning}{CUDA} is not available in this onnxruntime build" in warnings
+    assert f"{warning}running on CPU instead" in warnings
     # The config still says what was asked for.
     assert client.get_model_config(model, as_json=True)["config"]["instance_group"][0]["kind"] == "KIND_GPU"
 

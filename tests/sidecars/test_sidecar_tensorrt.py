@@ -99,7 +99,7 @@ def test_sidecar_refuses_to_start_without_tensorrt_or_gpu(tmp_path) -> None:  # 
     with pytest.raises(SidecarFailedToStart) as caught:
         launch(tmp_path, framework="tensorrt")
     assert caught.value.returncode == 1
-    errors = [line for line in caught.value.output.splitlines() if " ERROR " in line]
+    errors = [line for line in caught.value.output.splitlines() if line.startswith("E") and "] " in line]
     assert len(errors) == 1
     assert "the tensorrt sidecar cannot start: the 'tensorrt' package is not installed" in errors[0]
 

@@ -1,0 +1,187 @@
+"""`python -m bench.faults`: concurrent load through `turnout up` while faults are
+injected, one scenario at a time, then a table: requests sent, succeeded, rejected
+with a clear error (a status and a message), lost (accepted but never answered: the
+client's own deadline ran out, or the call broke without a status), and the time to
+recover (from the fault, or its end, to the first success of a request sent after it).
+
+Scenarios: a sidecar killed (SIGKILL; `turnout up` restarts it), a sidecar frozen
+(SIGSTOP for 2 s, then SIGCONT), and an overload burst beyond --sidecar-max-inflight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc.aio as grpcaio
+from tritonclient.utils import InferenceServerException
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from make_models import write_simple  # noqa: E402
+
+CLIENT_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Tally:
+    sent: int = 0
+    succeeded: int = 0
+    rejected: int = 0
+    lost: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    successes: list[tuple[float, float]] = field(default_factory=list)  # (sent at, answered at)
+
+    def recovery(self, since: float | None) -> float | None:
+        if since is None:
+            return None
+        later = [answered for sent, answered in self.successes if sent >= since]
+        return min(later) - since if later else None
+
+
+@contextmanager
+def turnout_up(repository: Path, *flags: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    command = [sys.executable, "-m", "gateway", "up", f"--model-repository={repository}", "--host=127.0.0.1"]
+    command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=5", *flags]
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
+    assert process.stdout is not None
+    grpc_address = ""
+    for line in process.stdout:
+        if line.startswith("TURNOUT_READY"):
+            grpc_address = dict(p.split("=", 1) for p in line.split()[1:])["grpc"]
+            break
+    if not grpc_address:
+        raise SystemExit(f"turnout up exited with {process.wait()} before it was ready")
+    try:
+        yield process, grpc_address
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def sidecar_of(pid: int) -> int:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                return int(entry.name)
+    raise RuntimeError("no sidecar found")
+
+
+async def drive(
+    address: str, model: str, concurrency: int, seconds: float, fault: Callable[[], Awaitable[float | None]]
+) -> tuple[Tally, float | None]:
+    """`concurrency` workers send `model` requests for `seconds`; `fault` runs beside them
+    and returns the moment recovery is measured from."""
+    tally = Tally()
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    stop = time.monotonic() + seconds
+    async with grpcaio.InferenceServerClient(address) as client:
+        inputs = [grpcaio.InferInput("INPUT0", [1, 16], "INT32"), grpcaio.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(a)
+
+        async def worker() -> None:
+            while time.monotonic() < stop:
+                tally.sent += 1
+                sent = time.monotonic()
+                try:
+                    result = await client.infer(model, inputs, client_timeout=CLIENT_TIMEOUT_S)
+                    assert (result.as_numpy("OUTPUT0") == a + a).all()
+                except InferenceServerException as exc:
+                    status, message = str(exc.status()), exc.message() or ""
+                    key = f"{status.rpartition('.')[2]}: {message[:60]}"
+                    tally.errors[key] = tally.errors.get(key, 0) + 1
+                    if status.endswith("DEADLINE_EXCEEDED") or not message:
+                        tally.lost += 1
+                    else:
+                        tally.rejected += 1
+                        await asyncio.sleep(0.01)  # a rejected client backs off a little
+                else:
+                    tally.succeeded += 1
+                    tally.successes.append((sent, time.monotonic()))
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+        since = await fault()
+        await asyncio.gather(*workers)
+    return tally, since
+
+
+def scenarios(process: subprocess.Popen[str], address: str) -> dict[str, Callable[[], Awaitable[float | None]]]:
+    async def kill() -> float | None:
+        await asyncio.sleep(1.0)
+        os.kill(sidecar_of(process.pid), signal.SIGKILL)
+        return time.monotonic()
+
+    async def freeze() -> float | None:
+        await asyncio.sleep(1.0)
+        pid = sidecar_of(process.pid)
+        os.kill(pid, signal.SIGSTOP)
+        await asyncio.sleep(2.0)
+        os.kill(pid, signal.SIGCONT)
+        return time.monotonic()
+
+    async def none() -> float | None:
+        return None
+
+    return {"sidecar SIGKILL (restarted)": kill, "sidecar SIGSTOP 2 s": freeze, "baseline": none}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=6.0, help="load per scenario")
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    rows: list[tuple[str, Tally, float | None]] = []
+    with tempfile.TemporaryDirectory(prefix="turnout-faults-") as folder:
+        repository = Path(folder)
+        write_simple(repository)
+        write_simple(
+            repository, name="simple_held", extra_config="dynamic_batching { max_queue_delay_microseconds: 200000 }"
+        )
+        for name in ("baseline", "sidecar SIGKILL (restarted)", "sidecar SIGSTOP 2 s"):
+            with turnout_up(repository) as (process, address):
+                fault = scenarios(process, address)[name]
+                tally, since = asyncio.run(drive(address, "simple", args.concurrency, args.seconds, fault))
+                rows.append((name, tally, tally.recovery(since)))
+        # Overload: many more clients than the gateway lets in flight, on a model that holds requests.
+        with turnout_up(repository, "--sidecar-max-inflight=4") as (process, address):
+
+            async def burst() -> float | None:
+                return None
+
+            tally, _ = asyncio.run(drive(address, "simple_held", args.concurrency * 8, args.seconds, burst))
+            rows.append((f"overload: {args.concurrency * 8} clients, limit 4", tally, None))
+
+    print(f"{'scenario':<34} {'sent':>7} {'succeeded':>9} {'rejected':>8} {'lost':>5} {'recovery s':>10}")
+    for name, tally, recovery in rows:
+        shown = f"{recovery:.2f}" if recovery is not None else "-"
+        print(f"{name:<34} {tally.sent:>7} {tally.succeeded:>9} {tally.rejected:>8} {tally.lost:>5} {shown:>10}")
+    print()
+    for name, tally, _ in rows:
+        for error, count in sorted(tally.errors.items()):
+            print(f"  {name}: {count} x {error}")
+
+
+if __name__ == "__main__":
+    main()

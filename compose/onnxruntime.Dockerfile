@@ -1,0 +1,35 @@
+# The ONNX Runtime sidecar image. EXTRA=onnxruntime (CPU, the default) or onnxruntime-gpu.
+# Build from the repository root: docker build -f compose/onnxruntime.Dockerfile .
+FROM python:3.11-slim AS build
+ARG EXTRA=onnxruntime
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/turnout
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY protos protos
+COPY gateway gateway
+COPY sidecars sidecars
+RUN /opt/turnout/bin/pip install ".[${EXTRA}]"
+
+FROM python:3.11-slim
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin turnout
+COPY --from=build /opt/turnout /opt/turnout
+# Every flag of `turnout sidecar` reads TURNOUT_SIDECAR_<FLAG>. The gRPC and infer-lane
+# ports are fixed inside the container and never published: the sidecar registers its
+# container address in Consul, so replicas scale without port clashes.
+ENV PATH=/opt/turnout/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    TURNOUT_SIDECAR_FRAMEWORK=onnxruntime \
+    TURNOUT_SIDECAR_MODEL_REPOSITORY=/models \
+    TURNOUT_SIDECAR_HOST=0.0.0.0 \
+    TURNOUT_SIDECAR_PORT=8100 \
+    TURNOUT_SIDECAR_LANE=tcp \
+    TURNOUT_SIDECAR_LANE_PORT=8101 \
+    TURNOUT_SIDECAR_METRICS_PORT=8102 \
+    TURNOUT_SIDECAR_EXIT_TIMEOUT_SECS=30
+USER turnout
+EXPOSE 8100 8101 8102
+# SIGTERM: fail the Consul check, drain for TURNOUT_SIDECAR_EXIT_TIMEOUT_SECS, deregister.
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 CMD ["python", "-m", "sidecars.healthcheck"]
+CMD ["turnout", "sidecar"]

@@ -1,0 +1,200 @@
+"""Triton's logging extension as both processes apply it: the log settings, the three
+line formats (Triton's `default` and `ISO8601`, and `json`), and the request id that the
+gateway passes to the sidecar and every log line about a request carries."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from protos.status import invalid_arg, unsupported
+
+# The request being served in this task ("" outside one); set by the gateway per
+# inference and by the sidecar from what the gateway passed.
+REQUEST_ID: ContextVar[str] = ContextVar("turnout_request_id", default="")
+# The request parameter carrying the gateway's id when the client gave none; the
+# sidecar reads and strips it.
+REQUEST_ID_PARAMETER = "turnout_request_id"
+LOG_FORMATS = ("default", "ISO8601", "json")
+
+_LEVEL_LETTERS = {"DEBUG": "I", "INFO": "I", "WARNING": "W", "ERROR": "E", "CRITICAL": "E"}
+
+
+class _RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = REQUEST_ID.get()
+        return True
+
+
+class TritonFormatter(logging.Formatter):
+    """Triton's text lines: `I1129 20:28:27.123456 4242 module:12] message` (default) or
+    `2026-11-29T20:28:27Z I 4242 module:12] message` (ISO8601), the request id leading
+    the message as Triton words it."""
+
+    def __init__(self, iso8601: bool) -> None:
+        super().__init__()
+        self._iso8601 = iso8601
+
+    def format(self, record: logging.LogRecord) -> str:
+        letter = _LEVEL_LETTERS.get(record.levelname, "I")
+        message = record.getMessage()
+        request_id = getattr(record, "request_id", "")
+        if request_id:
+            message = f"[request id: {request_id}] {message}"
+        where = f"{record.name}:{record.lineno}"
+        if self._iso8601:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
+            line = f"{stamp} {letter} {record.process} {where}] {message}"
+        else:
+            micros = int((record.created % 1) * 1_000_000)
+            stamp = time.strftime("%m%d %H:%M:%S", time.localtime(record.created))
+            line = f"{letter}{stamp}.{micros:06d} {record.process} {where}] {message}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, process, logger, message, request_id."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        document: dict[str, object] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int((record.created % 1) * 1000):03d}Z",
+            "level": record.levelname,
+            "pid": record.process,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        request_id = getattr(record, "request_id", "")
+        if request_id:
+            document["request_id"] = request_id
+        if record.exc_info:
+            document["exception"] = self.formatException(record.exc_info)
+        return json.dumps(document)
+
+
+def formatter_for(log_format: str) -> logging.Formatter:
+    if log_format == "json":
+        return JsonFormatter()
+    return TritonFormatter(iso8601=log_format == "ISO8601")
+
+
+LogValue = bool | int | str
+
+
+@dataclass
+class LogSettings:
+    """Triton's log settings, applied to the Python loggers of this process."""
+
+    log_file: str = ""
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True
+    log_verbose_level: int = 0
+    log_format: str = "default"
+
+    _TYPES = {
+        "log_file": str,
+        "log_info": bool,
+        "log_warning": bool,
+        "log_error": bool,
+        "log_verbose_level": int,
+        "log_format": str,
+    }
+
+    def as_dict(self) -> dict[str, LogValue]:
+        return {key: getattr(self, key) for key in self._TYPES}
+
+    def update(self, updates: Mapping[str, LogValue]) -> dict[str, LogValue]:
+        for key, value in updates.items():
+            expected = self._TYPES.get(key)
+            if expected is None:
+                raise invalid_arg(f"Unknown logging setting '{key}'")
+            if type(value) is not expected:
+                kind = {bool: "a boolean", int: "an unsigned integer", str: "a string"}[expected]
+                raise invalid_arg(f"expect '{key}' to be {kind}")
+            if key == "log_file" and value != self.log_file:
+                raise unsupported("log file location can not be updated through network protocol")
+            if key == "log_format" and value not in LOG_FORMATS:
+                raise invalid_arg(f"invalid argument for log_format, got: {value}")
+            if key == "log_verbose_level" and isinstance(value, int) and value < 0:
+                raise invalid_arg("expect 'log_verbose_level' to be an unsigned integer")
+        for key, value in updates.items():
+            setattr(self, key, value)
+        self.apply()
+        return self.as_dict()
+
+    def level(self) -> int:
+        if self.log_verbose_level > 0:
+            return logging.DEBUG
+        if self.log_info:
+            return logging.INFO
+        if self.log_warning:
+            return logging.WARNING
+        if self.log_error:
+            return logging.ERROR
+        return logging.CRITICAL + 1
+
+    def apply(self, logger: logging.Logger | None = None) -> None:
+        """Set the level of `logger` (the root logger by default) from these settings and,
+        for the root logger, the line format of its handlers (a stderr one if it has none)."""
+        target = logger or logging.getLogger()
+        target.setLevel(self.level())
+        if logger is not None:
+            return
+        # Verbose is about requests; the HTTP client's wire chatter (each metrics scrape) is not.
+        for chatty in ("httpcore", "hpack"):
+            logging.getLogger(chatty).setLevel(max(self.level(), logging.INFO))
+        if not target.handlers:
+            target.addHandler(logging.StreamHandler(sys.stderr))
+        formatter = formatter_for(self.log_format)
+        for handler in target.handlers:
+            handler.setFormatter(formatter)
+            if not any(isinstance(f, _RequestIdFilter) for f in handler.filters):
+                handler.addFilter(_RequestIdFilter())
+
+
+def log_updates(request: object) -> dict[str, LogValue]:
+    """A LogSettingsRequest's settings as plain values."""
+    updates: dict[str, LogValue] = {}
+    for key, value in request.settings.items():  # type: ignore[attr-defined]
+        choice = value.WhichOneof("parameter_choice")
+        if choice is None:
+            raise invalid_arg(f"no value given for logging setting '{key}'")
+        updates[key] = getattr(value, choice)
+    return updates
+
+
+def fill_log_response(current: Mapping[str, LogValue], response: object) -> None:
+    """Write settings into a LogSettingsResponse."""
+    for key, setting in current.items():
+        entry = response.settings[key]  # type: ignore[attr-defined]
+        if isinstance(setting, bool):
+            entry.bool_param = setting
+        elif isinstance(setting, int):
+            entry.uint32_param = setting
+        else:
+            entry.string_param = setting
+
+
+def request_id_parameter(request_id: str) -> bytes:
+    """The serialized `parameters` entry {REQUEST_ID_PARAMETER: string_param=request_id} of a
+    ModelInferRequest: appended to a serialized request, protobuf merges it in (no re-encode)."""
+
+    def field(tag: int, data: bytes) -> bytes:
+        length, head = len(data), bytearray([tag])
+        while length > 0x7F:
+            head.append(length & 0x7F | 0x80)
+            length >>= 7
+        head.append(length)
+        return bytes(head) + data
+
+    value = field(0x1A, request_id.encode())  # InferParameter.string_param = 3
+    entry = field(0x0A, REQUEST_ID_PARAMETER.encode()) + field(0x12, value)  # key = 1, value = 2
+    return field(0x22, entry)  # ModelInferRequest.parameters = 4

@@ -1,0 +1,142 @@
+"""compose/ as files: `docker-compose config` accepts them (with and without the gpu
+profile), every path a Dockerfile copies exists, and Prometheus and Grafana configs parse."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from compose_spec import COMPOSE_DIR, COMPOSE_FILE, load_compose
+from harness import ROOT
+
+COMPOSE = load_compose()
+DOCKERFILES = sorted(COMPOSE_DIR.glob("*.Dockerfile"))
+
+
+def _docker_compose(*arguments: str) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("no docker-compose: `make tools` installs Debian's package where apt-get can (needs root)")
+    return subprocess.run(
+        [binary, "--project-directory", str(COMPOSE_DIR), "-f", str(COMPOSE_FILE), *arguments, "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("profiles", [(), ("gpu",)], ids=["cpu", "gpu"])
+def test_docker_compose_config_validates(profiles: tuple[str, ...]) -> None:
+    result = _docker_compose(*(f"--profile={p}" for p in profiles))
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    assert {"consul", "gateway", "sidecar-onnxruntime", "sidecar-pytorch", "prometheus", "grafana"} <= set(services)
+    # docker-compose 1.29 prints every service; `up` starts only those whose profile is on.
+    in_gpu_profile = {name for name, service in services.items() if "gpu" in service.get("profiles", [])}
+    assert in_gpu_profile == {"sidecar-onnxruntime-gpu", "sidecar-tensorrt"}
+
+
+def test_gpu_sidecars_reserve_devices_and_cpu_ones_do_not() -> None:
+    for name, service in COMPOSE["services"].items():
+        devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+        if "gpu" in service.get("profiles", []):
+            assert devices and all("gpu" in d["capabilities"] and d["driver"] == "nvidia" for d in devices), name
+        else:
+            assert not devices, name
+
+
+def test_every_service_has_a_healthcheck_and_dependencies_wait_for_health() -> None:
+    for name, service in COMPOSE["services"].items():
+        assert service.get("healthcheck", {}).get("test"), name
+        for dependency, condition in (service.get("depends_on") or {}).items():
+            assert dependency in COMPOSE["services"], (name, dependency)
+            assert condition == {"condition": "service_healthy"}, (name, dependency)
+
+
+def test_mounts_exist_and_the_model_repository_is_read_only() -> None:
+    for name, service in COMPOSE["services"].items():
+        for volume in service.get("volumes", []):
+            source, target, *mode = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", volume).split(":")
+            if source.startswith("."):
+                assert (COMPOSE_DIR / source).exists(), (name, volume)
+            if target == "/models":
+                assert mode == ["ro"], (name, volume)
+
+
+def _copied_sources(dockerfile: Path) -> list[str]:
+    sources = []
+    for line in re.sub(r"\\\n", " ", dockerfile.read_text()).splitlines():
+        words = line.split()
+        if words[:1] in (["COPY"], ["ADD"]) and not any(w.startswith("--from") for w in words):
+            sources += [w for w in words[1:-1] if not w.startswith("--")]
+    return sources
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_every_copied_path_exists_and_is_not_docker_ignored(dockerfile: Path) -> None:
+    sources = _copied_sources(dockerfile)
+    assert sources
+    # .dockerignore leaves out everything (`*`) but what it names with `!`.
+    rules = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "*" in rules
+    allowed = {line[1:].rstrip("/") for line in rules if line.startswith("!")}
+    for source in sources:
+        assert (ROOT / source).exists(), f"{dockerfile.name} copies {source}, which is not in the repository"
+        assert source.rstrip("/") in allowed, f"{dockerfile.name} copies {source}, which .dockerignore leaves out"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_images_run_as_a_user_with_a_healthcheck_and_sigterm(dockerfile: Path) -> None:
+    text = dockerfile.read_text()
+    assert re.search(r"^FROM python:3\.11-slim", text, re.M)
+    assert re.search(r"^USER (?!root)\S+", text, re.M)
+    assert re.search(r"^HEALTHCHECK ", text, re.M)
+    assert re.search(r"^STOPSIGNAL SIGTERM$", text, re.M)
+
+
+def test_each_sidecar_image_installs_only_its_own_extra() -> None:
+    extras = {
+        "onnxruntime.Dockerfile": {"${EXTRA}"},
+        "pytorch.Dockerfile": {"pytorch"},
+        "tensorrt.Dockerfile": {"tensorrt"},
+        "gateway.Dockerfile": set(),
+    }
+    for dockerfile in DOCKERFILES:
+        installs = re.findall(r"pip install (.*)", dockerfile.read_text())
+        assert len(installs) == 1, dockerfile.name
+        assert set(re.findall(r"\.\[([^\]]+)\]", installs[0])) == extras[dockerfile.name], dockerfile.name
+    assert "-c constraints.txt" in (COMPOSE_DIR / "pytorch.Dockerfile").read_text()
+
+
+def test_prometheus_discovers_sidecars_through_consul() -> None:
+    config: dict[str, Any] = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["turnout-sidecar"]["consul_sd_configs"][0]["services"] == ["turnout-sidecar"]
+    assert "static_configs" not in jobs["turnout-gateway"]  # every gateway replica, found by DNS
+    gateway_port = int(COMPOSE["services"]["gateway"]["environment"]["TURNOUT_GATEWAY_METRICS_PORT"])
+    assert jobs["turnout-gateway"]["dns_sd_configs"][0]["port"] == gateway_port
+
+
+def test_grafana_provisioning_and_dashboard_parse() -> None:
+    provisioning = COMPOSE_DIR / "grafana" / "provisioning"
+    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
+    provider = yaml.safe_load((provisioning / "dashboards" / "turnout.yml").read_text())
+    dashboards = list((COMPOSE_DIR / "grafana" / "dashboards").glob("*.json"))
+    assert dashboards
+    uid = datasource["datasources"][0]["uid"]
+    for path in dashboards:
+        dashboard = json.loads(path.read_text())
+        assert dashboard["panels"]
+        for panel in dashboard["panels"]:
+            assert panel["datasource"]["uid"] == uid
+            assert all(target["expr"] for target in panel["targets"])
+    # Grafana reads the dashboards where the compose file mounts them.
+    mounts = dict(v.split(":")[:2] for v in COMPOSE["services"]["grafana"]["volumes"] if v.startswith("."))
+    assert mounts["./grafana/dashboards"] == provider["providers"][0]["options"]["path"]

@@ -1,0 +1,99 @@
+"""Faults under `turnout up`: a sidecar killed with SIGKILL is restarted with its models,
+on the same address, and the log says how it died; a frozen sidecar (SIGSTOP) fails
+requests with a clear error, and serves again once it continues."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from harness import Server, turnout_up, write_repository
+from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
+from tritonclient.utils import InferenceServerException
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (any of its threads)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # The command name may hold spaces: fields resume after its closing paren.
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _sidecar(server: Server) -> int:
+    children = _children(server.process.pid)
+    assert len(children) == 1, children
+    return children[0]
+
+
+def _eventually(check: Callable[[], bool], timeout: float = 30.0) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if check():
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise AssertionError("condition never held")
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Server]:
+    repo = write_repository(tmp_path / "repo", ("simple",))
+    with turnout_up(repo) as running:
+        yield running
+
+
+def _serves(server: Server) -> bool:
+    a, b = simple_arrays()
+    try:
+        with httpclient.InferenceServerClient(server.http, network_timeout=5) as client:
+            check_simple(client.infer("simple", http_inputs(a, b)), a, b)
+    except InferenceServerException:
+        return False
+    return True
+
+
+def test_killed_sidecar_is_restarted_with_its_models(up: Server) -> None:
+    assert _serves(up)
+    first = _sidecar(up)
+    os.kill(first, signal.SIGKILL)
+    recovery = _eventually(lambda: _serves(up))
+    second = _sidecar(up)
+    assert second != first
+    assert f"(pid {first}) died: killed by SIGKILL" in up.output()
+    assert recovery < 20
+    # Both protocols, and the model's readiness, are back.
+    a, b = simple_arrays()
+    with grpcclient.InferenceServerClient(up.grpc) as client:
+        _eventually(lambda: client.is_model_ready("simple"), timeout=10)
+        check_simple(client.infer("simple", grpc_inputs(a, b)), a, b)
+    # A second death restarts it again.
+    os.kill(second, signal.SIGKILL)
+    _eventually(lambda: _serves(up) and _sidecar(up) != second)
+
+
+def test_frozen_sidecar_fails_clearly_then_recovers(up: Server) -> None:
+    sidecar = _sidecar(up)
+    a, b = simple_arrays()
+    os.kill(sidecar, signal.SIGSTOP)
+    try:
+        with grpcclient.InferenceServerClient(up.grpc) as client:
+            with pytest.raises(InferenceServerException) as caught:
+                client.infer("simple", grpc_inputs(a, b), client_timeout=1.0)
+            assert caught.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+    finally:
+        os.kill(sidecar, signal.SIGCONT)
+    _eventually(lambda: _serves(up), timeout=15)
+    assert _sidecar(up) == sidecar  # continued, not restarted
