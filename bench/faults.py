@@ -5,7 +5,9 @@ client's own deadline ran out, or the call broke without a status), and the time
 recover (from the fault, or its end, to the first success of a request sent after it).
 
 Scenarios: a sidecar killed (SIGKILL; `turnout up` restarts it), a sidecar frozen
-(SIGSTOP for 2 s, then SIGCONT), and an overload burst beyond --sidecar-max-inflight.
+(SIGSTOP for 2 s, then SIGCONT), an overload burst beyond --sidecar-max-inflight; then,
+with Consul (bench/fleet.py), two replicas behind a gateway: one killed, one drained,
+Consul stopped and restarted, and a version rollout by KV weights.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc.aio as grpcaio
@@ -29,7 +32,9 @@ from tritonclient.utils import InferenceServerException
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-from make_models import write_simple  # noqa: E402
+from make_models import write_linear, write_simple  # noqa: E402
+
+from bench.fleet import consul_binary, fleet  # noqa: E402
 
 CLIENT_TIMEOUT_S = 10.0
 
@@ -88,18 +93,29 @@ def sidecar_of(pid: int) -> int:
     raise RuntimeError("no sidecar found")
 
 
+def request_for(model: str) -> tuple[list[grpcaio.InferInput], Callable[[Any], bool]]:
+    """A request's inputs and the check of its answer: `linear` multiplies by its version
+    (so a rollout shows in the answers), the `simple` models add their two inputs."""
+    if model == "linear":
+        ones = grpcaio.InferInput("INPUT0", [1, 4], "FP32")
+        ones.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        return [ones], lambda r: bool(r.as_numpy("OUTPUT0")[0, 0] == float(r.get_response().model_version))
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inputs = [grpcaio.InferInput("INPUT0", [1, 16], "INT32"), grpcaio.InferInput("INPUT1", [1, 16], "INT32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(a)
+    return inputs, lambda r: bool((r.as_numpy("OUTPUT0") == a + a).all())
+
+
 async def drive(
     address: str, model: str, concurrency: int, seconds: float, fault: Callable[[], Awaitable[float | None]]
 ) -> tuple[Tally, float | None]:
     """`concurrency` workers send `model` requests for `seconds`; `fault` runs beside them
     and returns the moment recovery is measured from."""
     tally = Tally()
-    a = np.arange(16, dtype=np.int32).reshape(1, 16)
     stop = time.monotonic() + seconds
+    inputs, correct = request_for(model)
     async with grpcaio.InferenceServerClient(address) as client:
-        inputs = [grpcaio.InferInput("INPUT0", [1, 16], "INT32"), grpcaio.InferInput("INPUT1", [1, 16], "INT32")]
-        inputs[0].set_data_from_numpy(a)
-        inputs[1].set_data_from_numpy(a)
 
         async def worker() -> None:
             while time.monotonic() < stop:
@@ -107,7 +123,7 @@ async def drive(
                 sent = time.monotonic()
                 try:
                     result = await client.infer(model, inputs, client_timeout=CLIENT_TIMEOUT_S)
-                    assert (result.as_numpy("OUTPUT0") == a + a).all()
+                    assert correct(result)
                 except InferenceServerException as exc:
                     status, message = str(exc.status()), exc.message() or ""
                     key = f"{status.rpartition('.')[2]}: {message[:60]}"
@@ -172,11 +188,21 @@ def main() -> None:
 
             tally, _ = asyncio.run(drive(address, "simple_held", args.concurrency * 8, args.seconds, burst))
             rows.append((f"overload: {args.concurrency * 8} clients, limit 4", tally, None))
+        write_linear(repository)
+        consul = consul_binary()
+        if consul is None:
+            print("no consul binary (scripts/install-consul): the fleet rows are skipped", file=sys.stderr)
+        for index in range(4 if consul else 0):
+            # A fresh fleet per row, so each fault starts from two healthy replicas.
+            with fleet(str(consul), repository) as running:
+                name, (model, fault) = list(running.faults().items())[index]
+                tally, since = asyncio.run(drive(running.address, model, args.concurrency, args.seconds, fault))
+                rows.append((name, tally, tally.recovery(since)))
 
-    print(f"{'scenario':<34} {'sent':>7} {'succeeded':>9} {'rejected':>8} {'lost':>5} {'recovery s':>10}")
+    print(f"{'scenario':<38} {'sent':>7} {'succeeded':>9} {'rejected':>8} {'lost':>5} {'recovery s':>10}")
     for name, tally, recovery in rows:
         shown = f"{recovery:.2f}" if recovery is not None else "-"
-        print(f"{name:<34} {tally.sent:>7} {tally.succeeded:>9} {tally.rejected:>8} {tally.lost:>5} {shown:>10}")
+        print(f"{name:<38} {tally.sent:>7} {tally.succeeded:>9} {tally.rejected:>8} {tally.lost:>5} {shown:>10}")
     print()
     for name, tally, _ in rows:
         for error, count in sorted(tally.errors.items()):

@@ -168,9 +168,10 @@ class Gateway:
         started = time.perf_counter()
         model = request.model_name
         protocol = "grpc" if encoded is not None else "http"
-        # The client's id, else ours; every log line about this request carries it, and at
-        # verbose level (where the sidecar logs each request) it travels there as a
-        # parameter: appending it copies the payload, which the fast path does not pay.
+        # The client's id, else ours; every log line about this request carries it. It
+        # reaches the sidecar in the lane frame's header; only a sidecar without a lane
+        # gets it as a parameter, at verbose level: appending it copies the payload, which
+        # the fast path does not pay.
         request_id = request.id
         verbose = logger.isEnabledFor(logging.DEBUG)
         carry = False
@@ -203,7 +204,7 @@ class Gateway:
         except TurnoutError as exc:
             self._metrics.count_request(model, protocol, False)
             self._metrics.observe_request(model, version or "default", protocol, time.perf_counter() - started)
-            logger.debug("infer failed: %s", exc.message)
+            logger.info("infer failed: %s", exc.message)
             raise
         self._metrics.count_request(model, protocol, True)
         self._metrics.observe_request(model, version or "default", protocol, time.perf_counter() - started)

@@ -47,6 +47,7 @@ class Replica:
     framework: str
     address: str
     lane: str
+    metrics: str  # host:port of its /metrics, "" when it advertises none
     models: Mapping[str, frozenset[str]]
 
 
@@ -71,7 +72,14 @@ def _replica(entry: Mapping[str, Any]) -> Replica | None:
     if not address or not port or "framework" not in meta:
         return None
     host = f"[{address}]" if ":" in address else address
-    return Replica(str(service["ID"]), meta["framework"], f"{host}:{port}", meta.get("lane", ""), parse_models(meta))
+    return Replica(
+        str(service["ID"]),
+        meta["framework"],
+        f"{host}:{port}",
+        meta.get("lane", ""),
+        meta.get("metrics", ""),
+        parse_models(meta),
+    )
 
 
 class ConsulRegistry:
@@ -165,10 +173,12 @@ class ConsulRegistry:
         current: dict[str, tuple[Replica, SidecarClient]] = {}
         for service_id, replica in sorted(replicas.items()):
             known = self._replicas.get(service_id)
-            if known is not None and (known[0].address, known[0].lane) == (replica.address, replica.lane):
+            where = (replica.address, replica.lane, replica.metrics)
+            if known is not None and (known[0].address, known[0].lane, known[0].metrics) == where:
                 current[service_id] = (replica, known[1])
             else:
-                current[service_id] = (replica, SidecarClient(replica.framework, replica.address, replica.lane))
+                client = SidecarClient(replica.framework, replica.address, replica.lane, replica.metrics)
+                current[service_id] = (replica, client)
                 logger.info("replica %s (%s) joined at %s", service_id, replica.framework, replica.address)
         for service_id, (_, client) in self._replicas.items():
             if current.get(service_id, (None, None))[1] is not client:

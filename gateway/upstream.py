@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 
 from protos import grpc_service_pb2 as pb
 from protos.lane import LaneClient
+from protos.logs import REQUEST_ID
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS
 from protos.status import Status, TurnoutError, status_from_grpc, unavailable
 
@@ -81,7 +82,8 @@ class SidecarClient:
         """Forward a serialized ModelInferRequest; return the serialized response."""
         if self._lane is not None:
             try:
-                return await self._lane.call(encoded)  # raises the sidecar's TurnoutError itself
+                # The request id rides the frame, so the sidecar's lines name it at any level.
+                return await self._lane.call(encoded, REQUEST_ID.get())  # raises the sidecar's TurnoutError
             except TurnoutError as exc:
                 if isinstance(exc.__cause__, OSError):  # the connect failed: nothing was sent
                     raise SidecarUnreachable(exc.status, exc.message) from exc

@@ -2,8 +2,9 @@
 
 One gRPC call costs the gateway about ten times what a frame on a Unix socket does, so
 ModelInfer travels here; everything else stays on the sidecar's gRPC service. A frame
-is `u32 payload length | u64 call id | u8 kind | payload`. Requests carry a serialized
-ModelInferRequest, replies a serialized ModelInferResponse or an error (status name,
+is `u32 payload length | u64 call id | u8 kind | payload`. Requests carry the request id
+(`u8 length | id`, at most 255 bytes of UTF-8, so every log line on both sides names the
+request without touching the protobuf) and then a serialized ModelInferRequest, replies a serialized ModelInferResponse or an error (status name,
 NUL, message). A CANCEL frame (empty payload) says the caller gave up on a call (its
 deadline passed, its client went away): the sidecar cancels it, which drops it from
 its batcher's queue if it has not run yet, and sends no reply. Writes made in one turn
@@ -67,10 +68,12 @@ class _Framer(asyncio.Protocol):
         if offset:
             del buffer[:offset]
 
-    def send(self, call_id: int, kind: int, payload: bytes) -> None:
+    def send(self, call_id: int, kind: int, payload: bytes, prefix: bytes = b"") -> None:
+        """Queue one frame; `prefix` (a few bytes) joins the header, so the payload is never
+        copied to lead it."""
         if not self._pending:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append(_HEADER.pack(len(payload), call_id, kind))
+        self._pending.append(_HEADER.pack(len(prefix) + len(payload), call_id, kind) + prefix)
         self._pending.append(payload)
 
     def _flush(self) -> None:
@@ -82,7 +85,17 @@ class _Framer(asyncio.Protocol):
         raise NotImplementedError
 
 
-Handler = Callable[[bytes], Awaitable[bytes]]
+Handler = Callable[[memoryview, str], Awaitable[bytes]]
+MAX_REQUEST_ID = 255
+
+
+def request_id_prefix(request_id: str) -> bytes:
+    """An INFER frame's leading `u8 length | id`; an id too long for it is cut at a
+    character boundary."""
+    tag = request_id.encode()
+    if len(tag) > MAX_REQUEST_ID:
+        tag = tag[:MAX_REQUEST_ID].decode(errors="ignore").encode()
+    return bytes((len(tag),)) + tag
 
 
 class _ServerConnection(_Framer):
@@ -98,7 +111,11 @@ class _ServerConnection(_Framer):
             if call is not None:
                 call.cancel()
             return
-        task = asyncio.get_running_loop().create_task(self._answer(call_id, payload))
+        # A view past the id: the request is parsed where it lies, with no copy.
+        length = payload[0] if payload else 0
+        request_id = payload[1 : 1 + length].decode(errors="replace") if length else ""
+        request = memoryview(payload)[1 + length :]
+        task = asyncio.get_running_loop().create_task(self._answer(call_id, request, request_id))
         self._tasks.add(task)
         self._calls[call_id] = task
         task.add_done_callback(self._tasks.discard)
@@ -110,9 +127,9 @@ class _ServerConnection(_Framer):
             call.cancel()
         self._calls.clear()
 
-    async def _answer(self, call_id: int, payload: bytes) -> None:
+    async def _answer(self, call_id: int, request: memoryview, request_id: str) -> None:
         try:
-            reply = await self._handler(payload)
+            reply = await self._handler(request, request_id)
         except TurnoutError as error:
             self.send(call_id, Kind.ERROR, encode_error(error))
         except Exception as error:  # the peer must always get an answer
@@ -122,7 +139,8 @@ class _ServerConnection(_Framer):
 
 
 class LaneServer:
-    """Serves the lane on a Unix socket path or a TCP host:port; `handler` answers one request."""
+    """Serves the lane on a Unix socket path or a TCP host:port; `handler` answers one
+    request, given the serialized request and its request id ("" when none came)."""
 
     def __init__(self, handler: Handler) -> None:
         self._handler = handler
@@ -201,15 +219,16 @@ class LaneClient:
             self._connection = protocol
             return protocol
 
-    async def call(self, payload: bytes) -> bytes:
-        """Send one request; return the reply payload or raise the sidecar's TurnoutError."""
+    async def call(self, payload: bytes, request_id: str = "") -> bytes:
+        """Send one request, tagged with `request_id`; return the reply payload or raise
+        the sidecar's TurnoutError."""
         connection = self._connection
         if connection is None or connection.closed:
             connection = await self._connect()
         call_id = next(self._ids)
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         connection.waiting[call_id] = future
-        connection.send(call_id, Kind.INFER, payload)
+        connection.send(call_id, Kind.INFER, payload, request_id_prefix(request_id))
         try:
             return await future
         except asyncio.CancelledError:

@@ -108,7 +108,7 @@ async def serve(settings: SidecarSettings) -> int:
         host=settings.host, port=port, lane=lane_address, framework=settings.framework, metrics=metrics_address
     )
     print(ready, flush=True)
-    registration, registering = _start_registration(settings, manager, port, lane_address)
+    registration, registering = _start_registration(settings, manager, port, lane_address, metrics)
     poller = None
     if settings.model_control_mode is ControlMode.POLL:
         poller = asyncio.create_task(manager.poll_forever())
@@ -142,14 +142,16 @@ async def serve(settings: SidecarSettings) -> int:
 
 
 def _start_registration(
-    settings: SidecarSettings, manager: ModelManager, port: int, lane_address: str
+    settings: SidecarSettings, manager: ModelManager, port: int, lane_address: str, metrics: MetricsEndpoint | None
 ) -> tuple[ConsulRegistration | None, asyncio.Task[None] | None]:
     """With --consul: register in the background (serving never waits on Consul)."""
     if not settings.consul:
         return None, None
     # Only a TCP lane is of use to a gateway elsewhere; a Unix one is not advertised.
     tcp_lane = lane_address not in ("off", "") and not lane_address.startswith("unix:")
-    registration = ConsulRegistration(settings, manager, port, int(lane_address.rpartition(":")[2]) if tcp_lane else 0)
+    lane_port = int(lane_address.rpartition(":")[2]) if tcp_lane else 0
+    metrics_port = metrics.port if metrics is not None else 0
+    registration = ConsulRegistration(settings, manager, port, lane_port, metrics_port)
     return registration, asyncio.create_task(registration.run())
 
 

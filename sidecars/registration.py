@@ -1,5 +1,5 @@
 """The sidecar's entry in Consul: registration with its address, meta (framework, device,
-READY models and versions) and a gRPC health check, kept current on load and unload,
+lane and metrics addresses, READY models and versions) and a gRPC health check, kept current on load and unload,
 and removed on graceful shutdown. Consul being away never stops the sidecar serving.
 """
 
@@ -61,14 +61,18 @@ def advertised_host(settings: SidecarSettings) -> str:
 class ConsulRegistration:
     """Registers one sidecar with the local Consul agent and keeps the entry current."""
 
-    def __init__(self, settings: SidecarSettings, manager: ModelManager, grpc_port: int, lane_port: int) -> None:
-        """`lane_port`: the TCP infer lane's port, 0 when there is none to advertise."""
+    def __init__(
+        self, settings: SidecarSettings, manager: ModelManager, grpc_port: int, lane_port: int, metrics_port: int = 0
+    ) -> None:
+        """`lane_port`, `metrics_port`: the TCP infer lane's and /metrics' ports, 0 when
+        there is none to advertise (meta `lane` and `metrics`, each `host:port`)."""
         self._settings = settings
         self._manager = manager
         self.host = advertised_host(settings)
         self.port = grpc_port
         host = f"[{self.host}]" if ":" in self.host else self.host
         self._lane = f"{host}:{lane_port}" if lane_port else ""
+        self._metrics = f"{host}:{metrics_port}" if metrics_port else ""
         self.service_id = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{settings.consul_service}-{self.host}-{grpc_port}")
         address = settings.consul if "://" in settings.consul else f"http://{settings.consul}"
         self._http = httpx.AsyncClient(base_url=address, timeout=5.0)
@@ -79,6 +83,10 @@ class ConsulRegistration:
         meta = {"framework": self._settings.framework, "device": self._settings.device}
         if self._lane:
             meta["lane"] = self._lane
+        if self._metrics:
+            # Prometheus (compose/prometheus.yml) and the gateway's fleet scrape read it.
+            meta["metrics"] = self._metrics
+            meta["metrics_port"] = self._metrics.rpartition(":")[2]
         meta.update(models_meta(self._manager))
         target = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         return {

@@ -141,11 +141,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
         return await self._infer(request)
 
-    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+    async def _infer(self, request: pb.ModelInferRequest, lane_id: str = "") -> pb.ModelInferResponse:
         start = time.monotonic_ns()
-        # The gateway's request id: the client's `id`, else one it generated and passed as
-        # a parameter, stripped here so the model never sees it. Every log line carries it.
-        request_id = request.id
+        # The gateway's request id: the lane frame's, else the client's `id`, else one the
+        # gateway passed as a parameter (over gRPC), stripped here so the model never sees
+        # it. Every log line carries it.
+        request_id = lane_id or request.id
         parameters = request.parameters
         if REQUEST_ID_PARAMETER in parameters:
             request_id = request_id or parameters[REQUEST_ID_PARAMETER].string_param
@@ -166,11 +167,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             )
         except BackendFailure as exc:
             loaded.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
-            log.debug("infer failed in the backend: %s", exc.message)
+            # Failures are logged at default level, with the request id both processes share.
+            log.warning("infer failed in the backend: %s", exc.message)
             raise
         except TurnoutError as exc:
             loaded.stats.record_failure(time.monotonic_ns() - start, reason)
-            log.debug("infer failed (%s): %s", reason, exc.message)
+            log.info("infer failed (%s): %s", reason, exc.message)
             raise
         except asyncio.CancelledError:
             loaded.stats.record_failure(time.monotonic_ns() - start, "CANCELED")
@@ -181,9 +183,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             log.debug("infer done in %d us", (time.monotonic_ns() - start) // 1000)
         return response
 
-    async def infer_encoded(self, encoded: bytes) -> bytes:
-        """ModelInfer for the gateway's lane: a serialized request in, a serialized response out."""
-        response = await self._infer(pb.ModelInferRequest.FromString(encoded))
+    async def infer_encoded(self, encoded: memoryview, request_id: str) -> bytes:
+        """ModelInfer for the gateway's lane: a serialized request and the gateway's request
+        id in, a serialized response out."""
+        response = await self._infer(pb.ModelInferRequest.FromString(encoded), request_id)
         serialized: bytes = response.SerializeToString()
         return serialized
 

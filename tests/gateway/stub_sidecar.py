@@ -60,7 +60,7 @@ class Stub(pbg.GRPCInferenceServiceServicer):
         response.config.max_batch_size = 8
         return response
 
-    async def lane_infer(self, payload: bytes) -> bytes:
+    async def lane_infer(self, payload: memoryview, request_id: str) -> bytes:
         request = pb.ModelInferRequest.FromString(payload)
         if request.model_name not in self.loaded:
             raise TurnoutError(Status.NOT_FOUND, f"Request for unknown model: '{request.model_name}' is not found")

@@ -10,7 +10,10 @@ from protos.lane import LaneClient, LaneServer
 from protos.status import Status, TurnoutError
 
 
-async def _handler(payload: bytes) -> bytes:
+async def _handler(view: memoryview, request_id: str) -> bytes:
+    payload = bytes(view)
+    if payload == b"whose":
+        return request_id.encode()
     if payload == b"missing":
         raise TurnoutError(Status.NOT_FOUND, "Request for unknown model: 'missing' is not found")
     if payload == b"boom":
@@ -38,6 +41,14 @@ async def test_replies_match_their_requests_under_concurrency(lane) -> None:
     payloads = [f"request-{i}".encode() * (i + 1) for i in range(200)]
     replies = await asyncio.gather(*(client.call(p) for p in payloads))
     assert replies == [p[::-1] for p in payloads]
+
+
+async def test_the_request_id_rides_the_frame_beside_the_payload(lane) -> None:
+    _, client = lane
+    assert await client.call(b"whose", "gw-1-42") == b"gw-1-42"
+    assert await client.call(b"whose") == b""
+    assert await client.call(b"whose", "\u00e9" * 200) == ("\u00e9" * 127).encode()  # cut at 255 bytes, whole chars
+    assert await client.call(b"plain", "id-7") == b"nialp"
 
 
 async def test_large_payload_crosses_intact(lane) -> None:
