@@ -121,6 +121,7 @@ async def serve(
         log_error=settings.log_error,
         log_verbose_level=settings.log_verbose,
         log_format=settings.log_format,
+        log_file=settings.log_file,
     )
     logs.apply()
     metrics_registry = CollectorRegistry()

@@ -55,6 +55,7 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--log-format", type=click.Choice(["default", "ISO8601", "json"]), default="default", show_default=True
         ),
+        click.option("--log-file", default="", help="write log lines to this file instead of the console"),
         click.option(
             "--routing",
             type=click.Path(exists=True, dir_okay=False),
@@ -171,6 +172,7 @@ def up(
         log_warning=flags["log_warning"],
         log_error=flags["log_error"],
         log_format=flags["log_format"],
+        log_file=flags["log_file"],
     )
     supervisor = Supervisor(model_repositories, arguments, exit_timeout_secs=flags["exit_timeout_secs"])
     sys.exit(supervisor.run(lambda sidecars: _gateway_settings(sidecars, **flags)))

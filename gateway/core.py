@@ -101,6 +101,7 @@ class Gateway:
             log_error=settings.log_error,
             log_verbose_level=settings.log_verbose,
             log_format=settings.log_format,
+            log_file=settings.log_file,
         )
         self._draining = False
         self._request_prefix = os.urandom(4).hex()  # ids unique to this gateway process

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -23,6 +24,9 @@ from gateway.upstream import SidecarClient
 logger = logging.getLogger(__name__)
 
 CLOSE_GRACE_SECS = 5.0  # a replica that left may still finish requests sent to it
+# A restarted Consul agent knows no sidecar until each re-registers (they do every 10 s):
+# for this long after Consul answers again, a known replica missing from it is kept.
+REJOIN_GRACE_SECS = 15.0
 
 
 def parse_models(meta: Mapping[str, str]) -> dict[str, frozenset[str]]:
@@ -149,6 +153,7 @@ class ConsulRegistry:
         """Follow the service's health forever; Consul being away keeps the last snapshot."""
         index = 0
         failures = 0
+        rejoin_until = 0.0
         path = f"/v1/health/service/{self._service}"
         while True:
             try:
@@ -162,14 +167,24 @@ class ConsulRegistry:
                 continue
             if failures:
                 logger.info("discovery: consul answers again")
+                rejoin_until = time.monotonic() + REJOIN_GRACE_SECS
             failures = 0
-            self._apply(entries or [])
+            rejoining = time.monotonic() < rejoin_until
+            self._apply(entries or [], keep_missing=rejoining)
             self._first.set()
-            if index == 0:
+            if index == 0 or rejoining:
+                # Poll while rejoining: a kept replica that never re-registers must go
+                # when the grace ends, even if nothing else changes.
+                index = 0 if rejoining else index
                 await asyncio.sleep(0.5)
 
-    def _apply(self, entries: list[Mapping[str, Any]]) -> None:
+    def _apply(self, entries: list[Mapping[str, Any]], keep_missing: bool = False) -> None:
         replicas = {r.service_id: r for e in entries if (r := _replica(e)) is not None}
+        if keep_missing:
+            listed = {str((e.get("Service") or {}).get("ID")) for e in entries}
+            for service_id, (kept, _) in self._replicas.items():
+                if service_id not in listed:
+                    replicas[service_id] = kept
         current: dict[str, tuple[Replica, SidecarClient]] = {}
         for service_id, replica in sorted(replicas.items()):
             known = self._replicas.get(service_id)

@@ -34,6 +34,7 @@ class GatewaySettings:
     log_warning: bool = True
     log_error: bool = True
     log_format: str = "default"
+    log_file: str = ""  # lines go to this file instead of the console (Triton's --log-file)
     sidecars: tuple[SidecarAddress, ...] = field(default_factory=tuple)
     # The fleet: discover sidecars in Consul (HOST:PORT of an agent's HTTP API) instead of `sidecars`.
     consul: str = ""

@@ -69,6 +69,7 @@ def sidecar_arguments(
     log_warning: bool = True,
     log_error: bool = True,
     log_format: str = "default",
+    log_file: str = "",
 ) -> list[str]:
     """The command-line flags every sidecar of a `turnout up` shares."""
     arguments = [f"--model-repository={r}" for r in model_repositories]
@@ -81,6 +82,7 @@ def sidecar_arguments(
         f"--log-warning={log_warning}",
         f"--log-error={log_error}",
         f"--log-format={log_format}",
+        f"--log-file={log_file}",
         "--metrics-port=0",
         "--exit-on-error" if exit_on_error else "--no-exit-on-error",
         "--strict-readiness" if strict_readiness else "--no-strict-readiness",

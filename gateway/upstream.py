@@ -119,5 +119,7 @@ class SidecarClient:
 
     async def close(self, grace: float | None = None) -> None:
         if self._lane is not None:
+            if grace:
+                await self._lane.drain(grace)
             self._lane.close()
         await self._channel.close(grace)

@@ -4,10 +4,11 @@ One gRPC call costs the gateway about ten times what a frame on a Unix socket do
 ModelInfer travels here; everything else stays on the sidecar's gRPC service. A frame
 is `u32 payload length | u64 call id | u8 kind | payload`. Requests carry the request id
 (`u8 length | id`, at most 255 bytes of UTF-8, so every log line on both sides names the
-request without touching the protobuf) and then a serialized ModelInferRequest, replies a serialized ModelInferResponse or an error (status name,
-NUL, message). A CANCEL frame (empty payload) says the caller gave up on a call (its
-deadline passed, its client went away): the sidecar cancels it, which drops it from
-its batcher's queue if it has not run yet, and sends no reply. Writes made in one turn
+request without touching the protobuf) and then a serialized ModelInferRequest;
+replies carry a serialized ModelInferResponse or an error (status name, NUL, message).
+A CANCEL frame (empty payload) says the caller gave up on a call (its deadline passed,
+its client went away): the sidecar cancels it, which drops it from its batcher's queue
+if it has not run yet, and sends no reply. Writes made in one turn
 of the event loop leave in one syscall, so concurrent calls share the hop's cost.
 """
 
@@ -238,6 +239,13 @@ class LaneClient:
             raise
         finally:
             connection.waiting.pop(call_id, None)
+
+    async def drain(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the calls in flight to be answered: a sidecar
+        that left the fleet still owes the replies to requests it accepted."""
+        connection = self._connection
+        if connection is not None and connection.waiting:
+            await asyncio.wait(list(connection.waiting.values()), timeout=timeout)
 
     def close(self) -> None:
         if self._connection is not None and self._connection.transport is not None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from protos.status import invalid_arg, unsupported
+from protos.status import invalid_arg
 
 # The request being served in this task ("" outside one); set by the gateway per
 # inference and by the sidecar from what the gateway passed.
@@ -90,7 +91,9 @@ LogValue = bool | int | str
 
 @dataclass
 class LogSettings:
-    """Triton's log settings, applied to the Python loggers of this process."""
+    """Triton's log settings, applied to the Python loggers of this process. With a
+    `log_file`, lines go to that file (appended) instead of the console, as Triton's
+    `--log-file`; setting it live moves them there, setting "" brings them back."""
 
     log_file: str = ""
     log_info: bool = True
@@ -119,8 +122,11 @@ class LogSettings:
             if type(value) is not expected:
                 kind = {bool: "a boolean", int: "an unsigned integer", str: "a string"}[expected]
                 raise invalid_arg(f"expect '{key}' to be {kind}")
-            if key == "log_file" and value != self.log_file:
-                raise unsupported("log file location can not be updated through network protocol")
+            if key == "log_file" and value and value != self.log_file:
+                try:
+                    open(str(value), "a").close()  # refuse a file we cannot write before changing anything
+                except OSError as exc:
+                    raise invalid_arg(f"failed to open log file '{value}': {exc.strerror}") from exc
             if key == "log_format" and value not in LOG_FORMATS:
                 raise invalid_arg(f"invalid argument for log_format, got: {value}")
             if key == "log_verbose_level" and isinstance(value, int) and value < 0:
@@ -151,6 +157,7 @@ class LogSettings:
         # Verbose is about requests; the HTTP client's wire chatter (each metrics scrape) is not.
         for chatty in ("httpcore", "hpack"):
             logging.getLogger(chatty).setLevel(max(self.level(), logging.INFO))
+        self._route(target)
         if not target.handlers:
             target.addHandler(logging.StreamHandler(sys.stderr))
         formatter = formatter_for(self.log_format)
@@ -158,6 +165,29 @@ class LogSettings:
             handler.setFormatter(formatter)
             if not any(isinstance(f, _RequestIdFilter) for f in handler.filters):
                 handler.addFilter(_RequestIdFilter())
+
+    def _route(self, root: logging.Logger) -> None:
+        """Send the root logger's lines to `log_file`, or back to the console. The state
+        lives on the root logger (a process may hold several LogSettings views of it)."""
+        current = next((h for h in root.handlers if isinstance(h, _LogFileHandler)), None)
+        wanted = os.path.abspath(self.log_file) if self.log_file else ""
+        if (current.baseFilename if current is not None else "") == wanted:
+            return
+        console = list(root.handlers) if current is None else current.console
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        if current is not None:
+            current.close()
+        for handler in [_LogFileHandler(wanted, console)] if wanted else console:
+            root.addHandler(handler)
+
+
+class _LogFileHandler(logging.FileHandler):
+    """The `log_file` handler; keeps the console handlers it stands in for."""
+
+    def __init__(self, path: str, console: list[logging.Handler]) -> None:
+        super().__init__(path, encoding="utf-8")  # appends, as Triton does
+        self.console = console
 
 
 def log_updates(request: object) -> dict[str, LogValue]:

@@ -57,6 +57,7 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--log-warning", default=True, type=click.BOOL)
 @click.option("--log-error", default=True, type=click.BOOL)
 @click.option("--log-format", default="default", type=click.Choice(["default", "ISO8601", "json"]))
+@click.option("--log-file", default="", help="write log lines to this file instead of the console")
 @click.option("--metrics-port", default=0, type=click.IntRange(0, 65535), help="/metrics port; 0 binds a free port")
 @click.option("--allow-metrics", default=True, type=click.BOOL)
 @click.option(
@@ -91,6 +92,7 @@ def main(
     log_warning: bool,
     log_error: bool,
     log_format: str,
+    log_file: str,
     metrics_port: int,
     allow_metrics: bool,
     lane: str,
@@ -129,6 +131,7 @@ def main(
         log_warning=log_warning,
         log_error=log_error,
         log_format=log_format,
+        log_file=log_file,
         metrics_port=metrics_port,
         allow_metrics=allow_metrics,
         lane=lane,

@@ -14,6 +14,7 @@ from protos import model_config_pb2 as mc
 from protos.status import TurnoutError, internal, invalid_arg, not_found, unavailable
 from sidecars.batcher import DynamicBatcher
 from sidecars.config import check, fill_core_defaults, load_failure, read_config
+from sidecars.journal import LoadJournal
 from sidecars.repository import Repository, UploadedModel, duplicate_failure, select_versions, version_numbers
 from sidecars.responses import read_labels
 from sidecars.runtime import ModelInstance, Runtime
@@ -87,6 +88,8 @@ class ModelManager:
         self.repository = Repository(settings.model_repositories, settings.framework)
         self.models: dict[str, ModelEntry] = {}
         self.exiting = False
+        explicit = settings.model_control_mode is ControlMode.EXPLICIT
+        self.journal = LoadJournal.beside(settings.lane_path if explicit else "")
         # Set whenever the READY set may have changed (load, unload); Consul registration waits on it.
         self.changed = asyncio.Event()
 
@@ -95,13 +98,24 @@ class ModelManager:
     async def start(self) -> list[str]:
         """The start-up loads of the control mode; returns the failures' texts."""
         folders = self.repository.scan()
+        replays: dict[str, mc.ModelConfig | None] = {}
         if self.settings.model_control_mode is ControlMode.EXPLICIT:
             wanted = set(self.settings.load_models)
             names = sorted(folders) if "*" in wanted else sorted(wanted)
+            # After a supervised restart, what clients had loaded comes back as they loaded it.
+            replays = self.journal.entries()
         else:
             names = sorted(folders)
-        results = await asyncio.gather(*(self.load(name) for name in names), return_exceptions=True)
-        return [str(r) for r in results if isinstance(r, BaseException)]
+        everything = sorted(set(names) | set(replays))
+        loads = (self.load(name, replays.get(name)) for name in everything)
+        results = dict(zip(everything, await asyncio.gather(*loads, return_exceptions=True), strict=True))
+        for name, result in results.items():
+            if isinstance(result, BaseException) and name not in names:
+                # A replay is no start-up load: its failure must not stop the sidecar (a
+                # supervisor would restart it into the same failure); it is forgotten.
+                log.warning("could not load '%s' again after the restart: %s", name, result)
+                self.journal.unloaded(name)
+        return [str(r) for n, r in results.items() if isinstance(r, BaseException) and n in names]
 
     async def poll_forever(self) -> None:
         """Poll mode: pick up added, changed and removed models every poll interval."""
@@ -165,6 +179,10 @@ class ModelManager:
             if entry.uploaded is not None and entry.uploaded is not uploaded:
                 entry.uploaded.remove()
             entry.uploaded = uploaded
+            if uploaded is None:
+                self.journal.loaded(name, override)
+            else:
+                self.journal.unloaded(name)  # uploaded files are gone after a restart
 
     async def _load_versions(self, entry: ModelEntry, folder: Path, override: mc.ModelConfig | None) -> None:
         name = entry.name
@@ -245,6 +263,7 @@ class ModelManager:
 
     async def unload(self, name: str) -> None:
         """Stop routing to a model, let its queued and running requests finish, release it."""
+        self.journal.unloaded(name)
         entry = self.models.get(name)
         if entry is None:
             return

@@ -77,8 +77,6 @@ async def serve(settings: SidecarSettings) -> int:
     service = add_services(server, manager, _log_settings(settings))
     port = server.add_insecure_port(f"{settings.host}:{settings.port}")
     await server.start()
-    lane = LaneServer(service.infer_encoded)
-    lane_address, lane_folder = await _start_lane(lane, settings)
 
     failures = await manager.start()
     for failure in failures:
@@ -86,11 +84,14 @@ async def serve(settings: SidecarSettings) -> int:
     if failures and settings.exit_on_error:
         log.error("exiting: %d model(s) failed to load and --exit-on-error is set", len(failures))
         manager.exiting = True
-        lane.stop_accepting()
         await server.stop(0)
         await manager.close()
-        _remove_lane_folder(lane_folder)
         return 1
+    # The lane opens only once the start-up loads are done: a restarted sidecar that took
+    # inferences earlier would answer NOT_FOUND, where a refused connection tells the
+    # gateway to retry or fail over.
+    lane = LaneServer(service.infer_encoded)
+    lane_address, lane_folder = await _start_lane(lane, settings)
 
     # Only this coroutine, on the main thread's loop, installs signal handlers.
     stop = asyncio.Event()
@@ -169,6 +170,7 @@ def _log_settings(settings: SidecarSettings) -> LogSettings:
         log_error=settings.log_error,
         log_verbose_level=settings.log_verbose,
         log_format=settings.log_format,
+        log_file=settings.log_file,
     )
 
 

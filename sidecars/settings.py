@@ -35,6 +35,7 @@ class SidecarSettings:
     log_warning: bool = True
     log_error: bool = True
     log_format: str = "default"  # default | ISO8601 | json (protos.logs)
+    log_file: str = ""  # lines go to this file instead of the console (Triton's --log-file)
     metrics_port: int = 0  # this sidecar's /metrics; 0 binds a free port (on the ready line)
     allow_metrics: bool = True
     lane: str = "auto"  # infer lane: auto (Unix socket on loopback, else TCP) | unix | tcp | off

@@ -119,6 +119,10 @@ def test_prometheus_discovers_sidecars_through_consul() -> None:
     config: dict[str, Any] = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert jobs["turnout-sidecar"]["consul_sd_configs"][0]["services"] == ["turnout-sidecar"]
+    # The scrape address is the metrics address each sidecar advertises, no fixed port.
+    relabels = jobs["turnout-sidecar"]["relabel_configs"]
+    address = [r for r in relabels if r.get("target_label") == "__address__"]
+    assert address == [{"source_labels": ["__meta_consul_service_metadata_metrics"], "target_label": "__address__"}]
     assert "static_configs" not in jobs["turnout-gateway"]  # every gateway replica, found by DNS
     gateway_port = int(COMPOSE["services"]["gateway"]["environment"]["TURNOUT_GATEWAY_METRICS_PORT"])
     assert jobs["turnout-gateway"]["dns_sd_configs"][0]["port"] == gateway_port

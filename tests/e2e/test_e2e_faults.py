@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import Server, turnout_up, write_repository
+from harness import Server, make_models, turnout_up, write_repository
 from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
 
@@ -97,3 +98,74 @@ def test_frozen_sidecar_fails_clearly_then_recovers(up: Server) -> None:
         os.kill(sidecar, signal.SIGCONT)
     _eventually(lambda: _serves(up), timeout=15)
     assert _sidecar(up) == sidecar  # continued, not restarted
+
+
+def test_restarting_sidecar_refuses_until_its_models_load(tmp_path: Path) -> None:
+    # A warm-up long enough that a restart spends a while loading: until it is done the
+    # sidecar must refuse (UNAVAILABLE, which clients retry), never answer NOT_FOUND.
+    repo = tmp_path / "repo"
+    warmup = (
+        'model_warmup [ { name: "zeros" batch_size: 1 count: 400 '
+        'inputs { key: "INPUT0" value { data_type: TYPE_FP32 dims: [ 512 ] zero_data: true } } } ]'
+    )
+    make_models().write_mlp(repo, name="mlp_slow_start", max_batch_size=1, extra_config=warmup)
+    data = np.ones((1, 512), dtype=np.float32)
+    with turnout_up(repo) as server, grpcclient.InferenceServerClient(server.grpc) as client:
+        tensor = grpcclient.InferInput("INPUT0", [1, 512], "FP32")
+        tensor.set_data_from_numpy(data)
+        client.infer("mlp_slow_start", [tensor])
+        os.kill(_sidecar(server), signal.SIGKILL)
+        refusals: list[str] = []
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, f"never served again; refusals: {sorted(set(refusals))}"
+            try:
+                client.infer("mlp_slow_start", [tensor], client_timeout=5)
+            except InferenceServerException as exc:
+                refusals.append(str(exc.status()))
+                time.sleep(0.01)
+            else:
+                break
+    assert refusals, "the restart was never observed"
+    assert set(refusals) == {"StatusCode.UNAVAILABLE"}, sorted(set(refusals))
+
+
+def test_restarted_sidecar_loads_again_what_clients_loaded(tmp_path: Path) -> None:
+    repo = write_repository(tmp_path / "repo", ("linear", "simple"))
+    only_version_2 = (
+        '{"name": "linear", "platform": "onnxruntime_onnx", "max_batch_size": 8,'
+        ' "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],'
+        ' "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],'
+        ' "version_policy": {"specific": {"versions": [2]}}}'
+    )
+    with (
+        turnout_up(repo, "--model-control-mode=explicit") as server,
+        grpcclient.InferenceServerClient(server.grpc) as client,
+    ):
+        client.load_model("linear", config=only_version_2)
+        client.load_model("simple")
+        client.unload_model("simple")
+        first = _sidecar(server)
+        os.kill(first, signal.SIGKILL)
+        _eventually(lambda: _restarted(server, first) and _holds(lambda: client.is_model_ready("linear", "2")))
+        # Loaded again with its override (version 2 only); the unloaded model stays unloaded.
+        assert not client.is_model_ready("linear", "1")
+        assert not client.is_model_ready("simple")
+        # An unload is remembered too: once the new sidecar answers a load, linear is absent.
+        client.unload_model("linear")
+        second = _sidecar(server)
+        os.kill(second, signal.SIGKILL)
+        _eventually(lambda: _restarted(server, second) and _holds(lambda: client.load_model("simple") or True))
+        assert not client.is_model_ready("linear", "2")
+
+
+def _restarted(server: Server, before: int) -> bool:
+    return _children(server.process.pid) not in ([], [before])
+
+
+def _holds(check: Callable[[], object]) -> bool:
+    """`check` ran and held; a refusal while the sidecar restarts counts as not yet."""
+    try:
+        return bool(check())
+    except InferenceServerException:
+        return False

@@ -145,7 +145,12 @@ class Consul:
         command = [str(binary), "agent", "-dev", "-bind", bind, "-client", " ".join(clients)]
         for flag, port in ports.items():
             command += [flag, port]
-        self.agent = spawn(command, None)
+        self.command = command
+        self.start()
+
+    def start(self) -> None:
+        """Start the agent (again, after `close`, on the same ports); a dev agent starts empty."""
+        self.agent = spawn(self.command, None)
         wait_until(self._has_leader, START_TIMEOUT_S, f"a consul leader; output:\n{self.agent.output()}", 0.1)
 
     def _has_leader(self) -> bool:

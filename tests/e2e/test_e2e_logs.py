@@ -1,0 +1,99 @@
+"""Logs at the default level: a failing request is logged by the gateway and by the
+sidecar under one request id (the gateway's own when the client sent none), and
+`--log-file` sends both processes' lines to a file that the logging settings move live."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from harness import Server, turnout_up, write_repository
+from tritonclient.utils import InferenceServerException
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_repository(tmp_path_factory.mktemp("repo_logs"), ("simple",))
+
+
+def _fail(server: Server, request_id: str = "") -> None:
+    """An inference the sidecar rejects: FP32 inputs where `simple` takes INT32."""
+    data = np.zeros((1, 16), dtype=np.float32)
+    inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(data)
+    with (
+        httpclient.InferenceServerClient(server.http) as client,
+        pytest.raises(InferenceServerException, match="data-type"),
+    ):
+        client.infer("simple", inputs, request_id=request_id)
+
+
+def _wait_for(predicate: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)  # another process writes the lines: there is no event to wait on
+    return False
+
+
+def _documents(lines: list[str]) -> list[dict[str, object]]:
+    found = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            document = json.loads(line)
+            if isinstance(document, dict):
+                found.append(document)
+    return found
+
+
+def test_a_failing_request_is_logged_in_both_processes_under_one_id(repo: Path) -> None:
+    with turnout_up(repo, "--log-format=json") as server:
+        _fail(server)  # no client id: the gateway's own
+
+        def failures() -> dict[str, set[str]]:
+            ids: dict[str, set[str]] = {}
+            for document in _documents(server.lines):
+                if "infer failed" in str(document.get("message")) and document.get("request_id"):
+                    process = str(document.get("logger")).split(".")[0]
+                    ids.setdefault(process, set()).add(str(document["request_id"]))
+            return ids
+
+        assert _wait_for(lambda: {"gateway", "sidecars"} <= failures().keys()), server.output()[-3000:]
+        found = failures()
+        assert found["gateway"] == found["sidecars"], found
+        assert all(d["level"] in ("INFO", "WARNING") for d in _documents(server.lines) if d.get("request_id"))
+
+
+def test_log_file_takes_both_processes_lines_and_moves_live(repo: Path, tmp_path: Path) -> None:
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+
+    def both_wrote(path: Path, request_id: str) -> bool:
+        text = path.read_text() if path.exists() else ""
+        lines = [line for line in text.splitlines() if f"[request id: {request_id}]" in line]
+        return any(" gateway." in line for line in lines) and any(" sidecars." in line for line in lines)
+
+    with turnout_up(repo, f"--log-file={first}") as server:
+        _fail(server, "to-first")
+        assert _wait_for(lambda: both_wrote(first, "to-first")), first.read_text()[-2000:]
+        assert not any("to-first" in line for line in server.lines)
+
+        with httpclient.InferenceServerClient(server.http) as client:
+            assert client.update_log_settings({"log_file": str(second)})["log_file"] == str(second)
+            _fail(server, "to-second")
+            assert _wait_for(lambda: both_wrote(second, "to-second")), second.read_text()[-2000:]
+            assert "to-second" not in first.read_text()
+
+            with pytest.raises(InferenceServerException, match="failed to open log file"):
+                client.update_log_settings({"log_file": str(tmp_path / "missing" / "x.log")})
+
+            assert client.update_log_settings({"log_file": ""})["log_file"] == ""
+            _fail(server, "to-console")
+            assert _wait_for(lambda: sum("[request id: to-console]" in line for line in server.lines) >= 2)
+        assert "to-console" not in second.read_text()
