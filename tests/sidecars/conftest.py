@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sidecar_harness import DATATYPES, LABELS, Sidecar, make_models, running
+from harness import make_models
+from sidecar_harness import DATATYPES, LABELS, Sidecar, running
 
 
 def write_scalar(repo: Path, name: str) -> None:

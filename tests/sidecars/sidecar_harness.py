@@ -7,7 +7,6 @@ The sidecar binds port 0 and prints its address on one ready line, which we wait
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import queue
 import signal
 import subprocess
@@ -17,11 +16,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
+from harness import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 READY_PREFIX = "TURNOUT_SIDECAR_READY"
 START_TIMEOUT_S = 60.0
 
@@ -29,19 +27,6 @@ DATATYPES = ["BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT
 DATATYPES += ["BYTES"]
 
 LABELS = ["cat", "dog", "bird", "fish"]
-
-
-def make_models() -> ModuleType:
-    """scripts/make_models.py (scripts/ is no package)."""
-    name = "turnout_make_models"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "make_models.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
-from sidecar_harness import Sidecar, make_models, running, simple_inputs
+from harness import make_models
+from sidecar_harness import Sidecar, running, simple_inputs
 
 from protos import model_config_pb2 as mc
 from sidecars.onnxruntime.providers import CPU, CUDA, TENSORRT, instance_devices, place

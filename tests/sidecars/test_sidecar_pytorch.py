@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from sidecar_harness import Sidecar, make_models, running
+from harness import make_models
+from sidecar_harness import Sidecar, running
 from tritonclient.utils import InferenceServerException
 
 pytest.importorskip("torch", reason="the PyTorch sidecar needs torch (pip install -c constraints.txt -e '.[pytorch]')")

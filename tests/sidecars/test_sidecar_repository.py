@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from sidecar_harness import Sidecar, SidecarFailedToStart, launch, make_models, running, simple_inputs
+from harness import make_models
+from sidecar_harness import Sidecar, SidecarFailedToStart, launch, running, simple_inputs
 from tritonclient.utils import InferenceServerException
 
 
