@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import tritonclient.grpc.aio as grpcaio
+from make_models import linear_override  # scripts/: bench.faults puts it on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE, KV_PREFIX = "bench-fleet", "bench-fleet/policies/"
@@ -112,24 +113,6 @@ class Consul:
             if time.monotonic() > deadline:
                 raise SystemExit(f"timed out waiting for {what}")
             time.sleep(0.05)
-
-
-def linear_override(versions: list[int], warm: bool) -> str:
-    """A load's config override: `linear` limited to `versions`; with `warm`, a
-    `model_warmup` sample that must run before the version is READY."""
-    config: dict[str, object] = {
-        "name": "linear",
-        "platform": "onnxruntime_onnx",
-        "max_batch_size": 8,
-        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
-        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
-        "version_policy": {"specific": {"versions": versions}},
-        "dynamic_batching": {},
-    }
-    if warm:
-        sample = {"INPUT0": {"data_type": "TYPE_FP32", "dims": [4], "zero_data": True}}
-        config["model_warmup"] = [{"name": "zeros", "batch_size": 1, "inputs": sample, "count": 2}]
-    return json.dumps(config)
 
 
 class Fleet:

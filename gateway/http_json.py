@@ -183,7 +183,7 @@ def cuda_shm_register(name: str, document: Any) -> CudaSharedMemoryRegisterReque
 
 def load_request(model_name: str, document: Any) -> RepositoryModelLoadRequest:
     """Load parameters: "config" stays a string, "file:<path>" is base64-decoded to
-    bytes_param; anything else passes on as a string so the core can reject it."""
+    bytes_param; anything else passes on with its JSON type so the sidecar can reject it."""
     request = RepositoryModelLoadRequest(model_name=model_name)
     params = _object(document).get("parameters")
     if params is None:
@@ -198,15 +198,22 @@ def load_request(model_name: str, document: Any) -> RepositoryModelLoadRequest:
                 request.parameters[key].bytes_param = base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError):
                 raise invalid_arg(f"Failed to decode base64 content of file '{key}'") from None
-        elif isinstance(value, str):
-            request.parameters[key].string_param = value
-        elif isinstance(value, bool):
-            request.parameters[key].bool_param = value
-        elif isinstance(value, int):
-            request.parameters[key].int64_param = value
         else:
-            request.parameters[key].string_param = str(value)
+            _set_repository_parameter(request.parameters[key], value)
     return request
+
+
+def _set_repository_parameter(param: Any, value: Any) -> None:
+    """A load/unload parameter other than the ones the API names: kept as its JSON type,
+    so the sidecar can refuse it with Triton's text."""
+    if isinstance(value, str):
+        param.string_param = value
+    elif isinstance(value, bool):
+        param.bool_param = value
+    elif isinstance(value, int):
+        param.int64_param = value
+    else:
+        param.string_param = str(value)
 
 
 def unload_request(model_name: str, document: Any) -> RepositoryModelUnloadRequest:
@@ -221,14 +228,8 @@ def unload_request(model_name: str, document: Any) -> RepositoryModelUnloadReque
             if type(value) is not bool:
                 raise internal("Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean")
             request.parameters[key].bool_param = value
-        elif isinstance(value, str):
-            request.parameters[key].string_param = value
-        elif isinstance(value, bool):
-            request.parameters[key].bool_param = value
-        elif isinstance(value, int):
-            request.parameters[key].int64_param = value
         else:
-            request.parameters[key].string_param = str(value)
+            _set_repository_parameter(request.parameters[key], value)
     return request
 
 

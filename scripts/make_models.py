@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -174,6 +175,24 @@ def write_linear(repo: Path, name: str = "linear", versions: dict[int, float] | 
     config = _config(name, 8, [("INPUT0", "FP32", [4])], [("OUTPUT0", "FP32", [4])], extra)
     (model_dir / "config.pbtxt").write_text(config)
     return model_dir
+
+
+def linear_override(versions: list[int], warm: bool) -> str:
+    """A load request's config override for write_linear's model: `linear` limited to `versions`; with `warm`, a
+    `model_warmup` sample that must run before the version is READY."""
+    config: dict[str, object] = {
+        "name": "linear",
+        "platform": "onnxruntime_onnx",
+        "max_batch_size": 8,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+        "version_policy": {"specific": {"versions": versions}},
+        "dynamic_batching": {},
+    }
+    if warm:
+        sample = {"INPUT0": {"data_type": "TYPE_FP32", "dims": [4], "zero_data": True}}
+        config["model_warmup"] = [{"name": "zeros", "batch_size": 1, "inputs": sample, "count": 2}]
+    return json.dumps(config)
 
 
 def write_mlp(

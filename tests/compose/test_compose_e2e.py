@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from compose_spec import Mounts, load_compose, service_argv, service_environment
-from fleet_harness import Consul, Process, consul_binary, free_port, running, spawn, wait_until
+from fleet_harness import Consul, Process, consul_agent, free_port, running, spawn, wait_until
 
 COMPOSE = load_compose()
 CPU_SIDECARS = sorted(
@@ -28,14 +28,8 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture(scope="module")
 def consul() -> Iterator[Consul]:
-    binary = consul_binary()
-    if binary is None:
-        pytest.skip("no consul binary: run scripts/install-consul (make setup does)")
-    agent = Consul(binary)
-    try:
+    with consul_agent() as agent:
         yield agent
-    finally:
-        agent.close()
 
 
 def _local(argv: list[str]) -> list[str]:

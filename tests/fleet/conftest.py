@@ -7,20 +7,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleet_harness import Consul, consul_binary
+from fleet_harness import Consul, consul_agent
 from harness import write_repository
 
 
 @pytest.fixture(scope="session")
 def consul() -> Iterator[Consul]:
-    binary = consul_binary()
-    if binary is None:
-        pytest.skip("no consul binary: run scripts/install-consul (make setup does)")
-    agent = Consul(binary)
-    try:
+    with consul_agent() as agent:
         yield agent
-    finally:
-        agent.close()
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from harness import ROOT
 
 CONSUL = ROOT / ".tools" / "consul" / "usr" / "bin" / "consul"
@@ -233,3 +234,16 @@ def unreachable(address: str) -> bool:
     except OSError:
         return True
     return False
+
+
+@contextlib.contextmanager
+def consul_agent() -> Iterator[Consul]:
+    """A running dev agent for a fixture; skips the test where no consul binary exists."""
+    binary = consul_binary()
+    if binary is None:
+        pytest.skip("no consul binary: run scripts/install-consul (make setup does)")
+    agent = Consul(binary)
+    try:
+        yield agent
+    finally:
+        agent.close()

@@ -13,28 +13,11 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc.aio as aioclient
 from fleet_harness import Consul, gateway, running, sidecar, wait_until
+from harness import make_models
 from tritonclient.utils import InferenceServerException
 
 CONCURRENCY = 16
 STEPS = (0, 25, 50, 75, 100)
-
-
-def linear_config(versions: list[int], warm: bool) -> str:
-    """The load override: `linear` restricted to `versions`, optionally with a warm-up sample
-    so a version is READY only after it has run once."""
-    config: dict[str, object] = {
-        "name": "linear",
-        "platform": "onnxruntime_onnx",
-        "max_batch_size": 8,
-        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
-        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
-        "version_policy": {"specific": {"versions": versions}},
-        "dynamic_batching": {},
-    }
-    if warm:
-        sample = {"INPUT0": {"data_type": "TYPE_FP32", "dims": [4], "zero_data": True}}
-        config["model_warmup"] = [{"name": "zeros", "batch_size": 1, "inputs": sample, "count": 2}]
-    return json.dumps(config)
 
 
 class Load:
@@ -98,7 +81,7 @@ async def test_rollout_under_load_fails_no_request(consul: Consul, fleet_reposit
         wait_until(lambda: len(consul.passing(service)) == 2, 15, "two passing replicas")
         set_weights(0)
         async with aioclient.InferenceServerClient(gw.fields["grpc"]) as control:
-            await control.load_model("linear", config=linear_config([1], warm=False))
+            await control.load_model("linear", config=make_models().linear_override([1], warm=False))
             wait_until(lambda: meta_lists("1"), 10, "both replicas to list linear:1")
             load = Load(gw.fields["grpc"])
             load.start()
@@ -107,7 +90,7 @@ async def test_rollout_under_load_fails_no_request(consul: Consul, fleet_reposit
 
                 # Version 2 joins on every replica (the gateway fans the load out) and is
                 # READY only once warmed; version 1 keeps serving through the reload.
-                await control.load_model("linear", config=linear_config([1, 2], warm=True))
+                await control.load_model("linear", config=make_models().linear_override([1, 2], warm=True))
                 for replica in replicas:
                     async with aioclient.InferenceServerClient(replica.fields["grpc"]) as direct:
                         assert await direct.is_model_ready("linear", "2")
@@ -124,7 +107,7 @@ async def test_rollout_under_load_fails_no_request(consul: Consul, fleet_reposit
                 assert 0.1 < shares[25] < 0.4 and 0.35 < shares[50] < 0.65 and 0.6 < shares[75] < 0.9
 
                 # Retire version 1: a reload restricted to version 2 drains it on every replica.
-                await control.load_model("linear", config=linear_config([2], warm=False))
+                await control.load_model("linear", config=make_models().linear_override([2], warm=False))
                 for replica in replicas:
                     async with aioclient.InferenceServerClient(replica.fields["grpc"]) as direct:
                         assert not await direct.is_model_ready("linear", "1")
