@@ -222,13 +222,16 @@ def sidecar(ctx: click.Context) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "sidecars", *ctx.args])
 
 
-def _add_bench() -> None:
-    # The load tool is a client: its own package, imported only to register the command.
-    from gateway.loadgen.command import bench
+@cli.command(add_help_option=False, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def bench(ctx: click.Context) -> None:
+    """Measure a Triton-protocol server under load (see `turnout bench --help`)."""
+    # The load tool is a client with its own dependencies (tritonclient[all]); it is
+    # imported only when asked for, so a server-only install runs everything else.
+    from gateway.loadgen.command import bench as command
 
-    cli.add_command(bench)
+    command.main(args=ctx.args, prog_name="turnout bench", auto_envvar_prefix="TURNOUT_BENCH")
 
 
 def main() -> None:
-    _add_bench()
     cli()

@@ -3,6 +3,7 @@ the execution providers its instance group and accelerators ask for."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,15 @@ from protos import model_config_pb2 as mc
 from protos.status import internal, invalid_arg
 from sidecars.config import model_file
 from sidecars.onnxruntime.autocomplete import auto_complete
-from sidecars.onnxruntime.providers import CPU, CUDA, Provider, cuda_device_count, instance_devices, place
+from sidecars.onnxruntime.providers import (
+    CPU,
+    CUDA,
+    Placement,
+    Provider,
+    cuda_device_count,
+    instance_devices,
+    place,
+)
 from sidecars.runtime import ModelInstance, Tensors, ThreadedInstance
 
 log = logging.getLogger(__name__)
@@ -51,9 +60,42 @@ class OnnxRuntime:
                 placement = place(config, device, self._available)
                 for warning in placement.warnings:
                     log.warning("model '%s' instance '%s' (cuda:%s): %s", config.name, name, device, warning)
+                if placement.device != "cpu":
+                    preload_gpu_libraries()
                 session = _open(path, options, placement.providers)
+                _warn_on_fallback(config.name, name, placement, session)
                 instances.append(OnnxInstance(name, session, config))
         return instances
+
+
+@functools.cache
+def preload_gpu_libraries() -> None:
+    """Load CUDA and cuDNN from the nvidia-* wheels (onnxruntime-gpu[cuda,cudnn]) before
+    the first GPU session, as onnxruntime-gpu asks of pip installs; system-wide CUDA
+    libraries are still found the usual way when the wheels are absent."""
+    if not hasattr(ort, "preload_dlls"):  # before onnxruntime 1.21
+        return
+    try:
+        ort.preload_dlls()
+    except Exception as exc:  # a missing wheel is fine: the loader then searches the system
+        log.info("onnxruntime could not preload CUDA libraries from wheels: %s", exc)
+
+
+def _warn_on_fallback(model: str, instance: str, placement: Placement, session: ort.InferenceSession) -> None:
+    """ONNX Runtime drops a provider it cannot start (missing CUDA or TensorRT libraries)
+    with only its own log line; say which instance that left on which providers."""
+    wanted = [provider if isinstance(provider, str) else provider[0] for provider in placement.providers]
+    used = session.get_providers()
+    missing = [provider for provider in wanted if provider not in used]
+    if missing:
+        log.warning(
+            "model '%s' instance '%s' (%s): %s could not start; running on %s",
+            model,
+            instance,
+            placement.device,
+            ", ".join(missing),
+            ", ".join(used),
+        )
 
 
 def _model_path(config: mc.ModelConfig, version_dir: Path) -> Path:
