@@ -35,7 +35,7 @@ from gateway.registry import ModelRegistry, StaticRegistry
 from gateway.restrictions import parse_restrictions
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
-from gateway.upstream import SidecarClient
+from gateway.upstream import SidecarClient, SidecarTls
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -91,6 +91,13 @@ def _grpc_credentials(settings: GatewaySettings) -> grpc.ServerCredentials:
     return grpc.ssl_server_credentials([pair], root_certificates=root, require_client_auth=mutual)
 
 
+def _sidecar_tls(settings: GatewaySettings) -> SidecarTls | None:
+    """--sidecar-use-ssl and --sidecar-ssl-*: how to reach sidecars over TLS, None for plain."""
+    if not settings.sidecar_use_ssl:
+        return None
+    return SidecarTls(settings.sidecar_ssl_root_cert, settings.sidecar_ssl_cert, settings.sidecar_ssl_key)
+
+
 def run(settings: GatewaySettings) -> int:
     """Serve until SIGTERM/SIGINT; return the process exit status."""
     try:
@@ -133,9 +140,14 @@ async def serve(
         return 1
     rng = random.Random(settings.routing_seed)
     balancer = Balancer(random.Random(rng.random()), metrics, settings.sidecar_max_inflight)
-    clients = [SidecarClient(s.framework, s.address, s.lane, s.metrics) for s in settings.sidecars]
+    try:
+        tls = _sidecar_tls(settings)
+    except OSError as exc:  # ssl.SSLError included
+        print(f"turnout gateway: cannot use the sidecar TLS files: {exc}", file=sys.stderr, flush=True)
+        return 1
+    clients = [SidecarClient(s.framework, s.address, s.lane, s.metrics, tls) for s in settings.sidecars]
     consul = ConsulClient(settings.consul) if settings.consul else None
-    discovery = ConsulRegistry(consul, settings.consul_service, balancer, metrics) if consul is not None else None
+    discovery = ConsulRegistry(consul, settings.consul_service, balancer, metrics, tls) if consul is not None else None
     models: ModelRegistry = discovery if discovery is not None else StaticRegistry(clients)
     dispatcher = Dispatcher(models, policies, balancer, metrics, rng)
     shared_memory = SharedMemory(settings.allow_client_shm)
@@ -146,7 +158,7 @@ async def serve(
     grpc_server: grpc.aio.Server | None = None
     http_server: _HttpServer | None = None
     metrics_server: MetricsServer | None = None
-    fleet = FleetMetrics(lambda: models.sidecars)
+    fleet = FleetMetrics(lambda: models.sidecars, ensembles=gateway.ensembles.statistics)
     try:
         if consul is not None and discovery is not None:
             watches.append(asyncio.create_task(discovery.watch()))

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from gateway.settings import GatewaySettings, SidecarAddress
+from protos.remote import RemoteError, check_extra, is_remote, parse_location
 
 # Triton spells booleans `--flag=true|false`; a bare `--flag` means true.
 _BOOL: dict[str, Any] = {"type": click.BOOL, "is_flag": False, "flag_value": True, "show_default": True}
@@ -71,6 +72,15 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--http-ssl-certfile", default="", help="PEM certificate: serve HTTPS (Triton has no HTTP TLS)."),
         click.option("--http-ssl-keyfile", default="", help="PEM private key for HTTPS."),
         click.option(
+            "--sidecar-use-ssl",
+            default=False,
+            help="Reach --sidecar sidecars over TLS (under Consul, each says); the next flags imply it.",
+            **_BOOL,
+        ),
+        click.option("--sidecar-ssl-root-cert", default="", help="PEM CA certificates that sign sidecar certificates."),
+        click.option("--sidecar-ssl-cert", default="", help="PEM client certificate for sidecars with mutual TLS."),
+        click.option("--sidecar-ssl-key", default="", help="PEM private key of --sidecar-ssl-cert."),
+        click.option(
             "--sidecar-max-inflight",
             type=click.IntRange(min=0),
             default=1024,
@@ -106,8 +116,45 @@ def _gateway_settings(sidecars: tuple[SidecarAddress, ...], **flags: Any) -> Gat
         raise click.UsageError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
     if bool(flags.get("http_ssl_certfile")) != bool(flags.get("http_ssl_keyfile")):
         raise click.UsageError("--http-ssl-certfile and --http-ssl-keyfile go together")
+    if bool(flags.get("sidecar_ssl_cert")) != bool(flags.get("sidecar_ssl_key")):
+        raise click.UsageError("--sidecar-ssl-cert and --sidecar-ssl-key go together")
+    if flags.get("sidecar_ssl_root_cert") or flags.get("sidecar_ssl_cert"):
+        flags["sidecar_use_ssl"] = True
     flags["routing_file"] = flags.pop("routing", None) or ""
     return GatewaySettings(sidecars=sidecars, **{k: v for k, v in flags.items() if k in keys})
+
+
+def _model_repositories(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """Folders must exist; an s3:// or gs:// URL must parse and have its filesystem installed."""
+    for value in values:
+        if not is_remote(value):
+            click.Path(exists=True, file_okay=False).convert(value, param, ctx)
+            continue
+        try:
+            check_extra(parse_location(value))
+        except RemoteError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from exc
+    return values
+
+
+def _sidecar_tls_arguments(flags: dict[str, Any]) -> list[str]:
+    """`turnout up` with TLS to its sidecars: they serve --sidecar-ssl-cert and want it back
+    from the gateway, signed by --sidecar-ssl-root-cert (mutual TLS under one root). So the
+    certificate must name 127.0.0.1, where the sidecars listen, and may serve as a client's."""
+    if not any(flags.get(f) for f in ("sidecar_use_ssl", "sidecar_ssl_root_cert", "sidecar_ssl_cert")):
+        return []
+    root, cert, key = flags["sidecar_ssl_root_cert"], flags["sidecar_ssl_cert"], flags["sidecar_ssl_key"]
+    if not (root and cert and key):
+        raise click.UsageError(
+            "turnout up with TLS to its sidecars needs --sidecar-ssl-root-cert, --sidecar-ssl-cert "
+            "and --sidecar-ssl-key"
+        )
+    return [
+        "--grpc-use-ssl-mutual=true",
+        f"--grpc-server-cert={cert}",
+        f"--grpc-server-key={key}",
+        f"--grpc-root-cert={root}",
+    ]
 
 
 @click.group(context_settings={"auto_envvar_prefix": "TURNOUT", "help_option_names": ["-h", "--help"]})
@@ -124,8 +171,8 @@ def cli() -> None:
     envvar="TURNOUT_UP_MODEL_REPOSITORY",
     multiple=True,
     required=True,
-    type=click.Path(exists=True, file_okay=False),
-    help="Triton model repository (repeatable).",
+    callback=_model_repositories,
+    help="Triton model repository: a folder, s3://[host:port/]bucket/path or gs://bucket/path (repeatable).",
 )
 @click.option(
     "--load-model",
@@ -160,7 +207,6 @@ def up(
     arguments = sidecar_arguments(
         model_repositories=model_repositories,
         model_control_mode=flags["model_control_mode"],
-        load_models=load_models,
         exit_on_error=exit_on_error,
         strict_readiness=flags["strict_readiness"],
         repository_poll_secs=repository_poll_secs,
@@ -174,7 +220,10 @@ def up(
         log_format=flags["log_format"],
         log_file=flags["log_file"],
     )
-    supervisor = Supervisor(model_repositories, arguments, exit_timeout_secs=flags["exit_timeout_secs"])
+    arguments += _sidecar_tls_arguments(flags)
+    supervisor = Supervisor(
+        model_repositories, arguments, load_models=load_models, exit_timeout_secs=flags["exit_timeout_secs"]
+    )
     sys.exit(supervisor.run(lambda sidecars: _gateway_settings(sidecars, **flags)))
 
 

@@ -13,15 +13,18 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from gateway.balancer import Balancer
 from gateway.dispatch import NO_CONTEXT, Dispatcher, RequestContext, with_version
+from gateway.ensemble import ENSEMBLE_FRAMEWORK, Ensembles
 from gateway.fleet import combine_indexes, combine_statistics, on_replicas
 from gateway.metrics import GatewayMetrics
 from gateway.observability import LogSettings, LogValue, TraceSettings
 from gateway.policies import PolicyStore
 from gateway.registry import ModelRegistry
+from gateway.sequences import sequence_of
 from gateway.settings import GatewaySettings
 from gateway.shadow import ShadowMirror
 from gateway.shm import SharedMemory
@@ -36,9 +39,10 @@ T = TypeVar("T")
 
 SERVER_NAME = "triton"
 SERVER_VERSION = "2.73.0"  # the Triton protocol level we match
-# Only what works end to end: no sequence, cuda_shared_memory or generate.
+# Only what works end to end: no cuda_shared_memory or generate.
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -92,6 +96,7 @@ class Gateway:
             registry, PolicyStore(), Balancer(random.Random(0), metrics), metrics, random.Random(0)
         )
         self._shadows = ShadowMirror(self._dispatcher, metrics)
+        self.ensembles = Ensembles(registry, self._dispatcher)
         self._shm = shared_memory
         self._metrics = metrics
         self._traces = traces or TraceSettings()
@@ -183,12 +188,17 @@ class Gateway:
         REQUEST_ID.set(request_id)
         if not self._registry.replicas(model, ""):
             await self._owner(model)  # an unknown model fails here, before it counts as a request
+        sequence = sequence_of(request)
+        if sequence is not None:
+            context = replace(context, sequence=sequence)  # its requests stay on one replica and version
         decision = self._dispatcher.decide(model, request.model_version, context)
         version = decision.version
         if verbose:
             logger.debug("infer model '%s' version '%s' over %s", model, version, protocol)
         try:
-            if uses_shared_memory(request):
+            if self.ensembles.runs(model):
+                response = await self._infer_ensemble(request, version, context)
+            elif uses_shared_memory(request):
                 if carry:
                     request.parameters[REQUEST_ID_PARAMETER].string_param = request_id
                 response = await self._infer_resolved(request, version, context)
@@ -216,6 +226,22 @@ class Gateway:
     async def _infer_resolved(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:
         """Infer with shared-memory tensors resolved: input regions become raw contents,
         output regions receive the raw outputs, which leave the response empty."""
+        forward, targets = self._read_shared_memory(request, version)
+        encoded = await self._dispatcher.send(request.model_name, version, forward.SerializeToString(), context)
+        return self._write_shared_memory(encoded, targets)
+
+    async def _infer_ensemble(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:
+        """An ensemble runs in the gateway; its boundary tensors may be in shared memory."""
+        if not uses_shared_memory(request):
+            return await self.ensembles.infer(request, version, context)
+        forward, targets = self._read_shared_memory(request, version)
+        return self._write_shared_memory(await self.ensembles.infer(forward, version, context), targets)
+
+    def _read_shared_memory(
+        self, request: pb.ModelInferRequest, version: str
+    ) -> tuple[pb.ModelInferRequest, dict[str, tuple[str, int, int]]]:
+        """The request with its input regions read into raw contents and its output
+        regions stripped; returns it and the output regions, by output name."""
         self._shm.check_enabled()
         forward = pb.ModelInferRequest()
         forward.CopyFrom(request)
@@ -252,8 +278,10 @@ class Gateway:
                 self._shm.check_output(region, offset, byte_size)
                 targets[output.name] = (region, offset, byte_size)
                 _strip_shm(params)
+        return forward, targets
 
-        encoded = await self._dispatcher.send(request.model_name, version, forward.SerializeToString(), context)
+    def _write_shared_memory(self, encoded: bytes, targets: dict[str, tuple[str, int, int]]) -> bytes:
+        """Write the outputs that have a region there, leaving their raw contents empty."""
         if not targets:
             return encoded
         response = pb.ModelInferResponse.FromString(encoded)
@@ -280,7 +308,9 @@ class Gateway:
                 raise unknown_model(request.name)
             replicas = self._registry.peers(client) or (client,)
             if len(replicas) == 1:
-                return await client.call("ModelStatistics", request, pb.ModelStatisticsResponse)
+                answer = await client.call("ModelStatistics", request, pb.ModelStatisticsResponse)
+                self.ensembles.fill_statistics(answer)
+                return answer
             answers = await asyncio.gather(
                 *(r.call("ModelStatistics", request, pb.ModelStatisticsResponse) for r in replicas),
                 return_exceptions=True,
@@ -288,7 +318,9 @@ class Gateway:
             reached = [a for a in answers if isinstance(a, pb.ModelStatisticsResponse)]
             if not reached:
                 raise next(a for a in answers if isinstance(a, BaseException))
-            return combine_statistics(reached)
+            combined = combine_statistics(reached)
+            self.ensembles.fill_statistics(combined)
+            return combined
 
         async def statistics(client: SidecarClient) -> tuple[str, pb.ModelStatisticsResponse]:
             return client.framework, await client.call("ModelStatistics", request, pb.ModelStatisticsResponse)
@@ -300,6 +332,7 @@ class Gateway:
         merged = pb.ModelStatisticsResponse()
         for group in by_framework.values():
             merged.model_stats.extend(combine_statistics(group).model_stats)
+        self.ensembles.fill_statistics(merged)  # ensembles run here: their counters are ours
         return merged
 
     async def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
@@ -327,6 +360,20 @@ class Gateway:
             await on_replicas(self._registry.peers(client) or (client,), "RepositoryModelLoad", request)
         finally:
             await self._registry.refresh()
+            self.ensembles.forget_plans()
+        if client.framework == ENSEMBLE_FRAMEWORK:
+            await self._load_composing_models(request.model_name)
+
+    async def _load_composing_models(self, ensemble: str) -> None:
+        """As Triton, loading an ensemble loads its step models that are not loaded; when
+        one fails, the ensemble is unloaded again and the step's failure answers."""
+        try:
+            for model in await self.ensembles.composing_models(ensemble):
+                if not await self.model_ready(pb.ModelReadyRequest(name=model)):
+                    await self.load_model(pb.RepositoryModelLoadRequest(model_name=model))
+        except TurnoutError:
+            await self.unload_model(pb.RepositoryModelUnloadRequest(model_name=ensemble))
+            raise
 
     async def unload_model(self, request: pb.RepositoryModelUnloadRequest) -> None:
         self._check_repository_request(request.repository_name)
@@ -335,10 +382,20 @@ class Gateway:
             client = self._registry.sidecars[0]  # answers Triton's own failure text
         if client is None:
             raise unknown_model(request.model_name)
+        parameters = request.parameters
+        dependents = []
+        if "unload_dependents" in parameters and parameters["unload_dependents"].bool_param:
+            dependents = await self.ensembles.dependents(request.model_name)
         try:
             await on_replicas(self._registry.peers(client) or (client,), "RepositoryModelUnload", request)
+            for ensemble in dependents:
+                owner = await self._registry.find(ensemble)
+                if owner is not None:
+                    unload = pb.RepositoryModelUnloadRequest(model_name=ensemble)
+                    await on_replicas(self._registry.peers(owner) or (owner,), "RepositoryModelUnload", unload)
         finally:
             await self._registry.refresh()
+            self.ensembles.forget_plans()
 
     def _check_repository_request(self, repository_name: str) -> None:
         if self._draining:

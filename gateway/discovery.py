@@ -2,12 +2,14 @@
 blocking-query watch on `health/service`, published as an immutable snapshot.
 
 Requests read the snapshot in force and never wait on Consul; each watch round that
-changes something swaps in a new one.
+changes something swaps in a new one. A replica whose meta says `tls` is reached over TLS;
+a gateway told to use TLS to sidecars never falls back to a plain one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -19,7 +21,7 @@ from gateway.balancer import Balancer
 from gateway.consul import ConsulClient, ConsulUnavailable, pause_after_failure
 from gateway.metrics import GatewayMetrics
 from gateway.registry import framework_of_load
-from gateway.upstream import SidecarClient
+from gateway.upstream import SidecarClient, SidecarTls
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class Replica:
     lane: str
     metrics: str  # host:port of its /metrics, "" when it advertises none
     models: Mapping[str, frozenset[str]]
+    tls: bool = False  # it serves gRPC and its lane over TLS only
 
 
 @dataclass(frozen=True)
@@ -83,14 +86,26 @@ def _replica(entry: Mapping[str, Any]) -> Replica | None:
         meta.get("lane", ""),
         meta.get("metrics", ""),
         parse_models(meta),
+        meta.get("tls") == "true",
     )
 
 
 class ConsulRegistry:
     """ModelRegistry over the healthy instances of one Consul service."""
 
-    def __init__(self, consul: ConsulClient, service: str, balancer: Balancer, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self,
+        consul: ConsulClient,
+        service: str,
+        balancer: Balancer,
+        metrics: GatewayMetrics,
+        tls: SidecarTls | None = None,
+    ) -> None:
+        """`tls`: how to reach TLS replicas, and that plain ones are refused; None reaches
+        TLS replicas trusting the system's CAs."""
         self._consul = consul
+        self._tls = tls
+        self._refused: set[str] = set()  # plain replicas already logged as refused
         self._service = service
         self._balancer = balancer
         self._metrics = metrics
@@ -179,7 +194,7 @@ class ConsulRegistry:
                 await asyncio.sleep(0.5)
 
     def _apply(self, entries: list[Mapping[str, Any]], keep_missing: bool = False) -> None:
-        replicas = {r.service_id: r for e in entries if (r := _replica(e)) is not None}
+        replicas = {r.service_id: r for e in entries if (r := _replica(e)) is not None and self._acceptable(r)}
         if keep_missing:
             listed = {str((e.get("Service") or {}).get("ID")) for e in entries}
             for service_id, (kept, _) in self._replicas.items():
@@ -188,11 +203,12 @@ class ConsulRegistry:
         current: dict[str, tuple[Replica, SidecarClient]] = {}
         for service_id, replica in sorted(replicas.items()):
             known = self._replicas.get(service_id)
-            where = (replica.address, replica.lane, replica.metrics)
-            if known is not None and (known[0].address, known[0].lane, known[0].metrics) == where:
+            where = (replica.address, replica.lane, replica.metrics, replica.tls)
+            if known is not None and (known[0].address, known[0].lane, known[0].metrics, known[0].tls) == where:
                 current[service_id] = (replica, known[1])
             else:
-                client = SidecarClient(replica.framework, replica.address, replica.lane, replica.metrics)
+                tls = (self._tls or _system_tls()) if replica.tls else None
+                client = SidecarClient(replica.framework, replica.address, replica.lane, replica.metrics, tls)
                 current[service_id] = (replica, client)
                 logger.info("replica %s (%s) joined at %s", service_id, replica.framework, replica.address)
         for service_id, (_, client) in self._replicas.items():
@@ -203,6 +219,19 @@ class ConsulRegistry:
         self._snapshot = _build(current.values())
         self._metrics.set_replicas(len(current), self._balancer.ejected_count())
 
+    def _acceptable(self, replica: Replica) -> bool:
+        """A plain replica is refused when we were told to use TLS: no silent downgrade."""
+        if replica.tls or self._tls is None:
+            return True
+        if replica.service_id not in self._refused:
+            self._refused.add(replica.service_id)
+            logger.warning(
+                "replica %s at %s does not serve TLS and TLS to sidecars is on; not routing to it",
+                replica.service_id,
+                replica.address,
+            )
+        return False
+
     def _retire(self, client: SidecarClient) -> None:
         self._balancer.forget(client)
         task = asyncio.get_running_loop().create_task(client.close(CLOSE_GRACE_SECS))
@@ -211,6 +240,12 @@ class ConsulRegistry:
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for _, c in self._replicas.values()), *self._closing, return_exceptions=True)
+
+
+@functools.cache
+def _system_tls() -> SidecarTls:
+    """TLS trusting the system's CAs, for TLS replicas of a gateway given no CA of its own."""
+    return SidecarTls()
 
 
 def _build(replicas: Any) -> Snapshot:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gateway.balancer import Balancer
 from gateway.metrics import GatewayMetrics
 from gateway.policies import PolicyStore
 from gateway.policy import Decision, Reason, VersionChooser
 from gateway.registry import ModelRegistry
+from gateway.sequences import Pin, SequenceFlags, SequencePins
 from gateway.upstream import SidecarClient, SidecarUnreachable
 from protos.status import TurnoutError, not_found, unavailable
 
@@ -28,10 +29,12 @@ DEFAULT_BUDGET_SECS = 30.0  # failover stops here when the client set no deadlin
 @dataclass(frozen=True)
 class RequestContext:
     """What a front end passes beside the request: its headers (HTTP) or metadata (gRPC),
-    lower-cased, and the client's deadline on the time.monotonic() clock, if any."""
+    lower-cased, and the client's deadline on the time.monotonic() clock, if any; the
+    gateway adds the request's sequence, if it belongs to one."""
 
     headers: Mapping[str, str] = field(default_factory=dict)
     deadline: float | None = None
+    sequence: SequenceFlags | None = None
 
 
 NO_CONTEXT = RequestContext()
@@ -69,8 +72,11 @@ class Dispatcher:
         self._balancer = balancer
         self._metrics = metrics
         self._chooser = VersionChooser(rng)
+        self._pins = SequencePins()
 
     def decide(self, model: str, requested: str, context: RequestContext) -> Decision:
+        if context.sequence is not None:
+            return self._decide_sequence(model, requested, context, context.sequence)
         policy = self._policies.get(model)
         if policy is None and not requested:
             return Decision("", Reason.DEFAULT)
@@ -83,9 +89,35 @@ class Dispatcher:
         self._metrics.count_route(model, decision, decision.version if known or not decision.version else "other")
         return decision
 
+    def _decide_sequence(
+        self, model: str, requested: str, context: RequestContext, sequence: SequenceFlags
+    ) -> Decision:
+        """A sequence keeps the version its START got; a START is routed like any request,
+        but to a definite version (the newest READY one when nothing else chooses) and
+        never shadowed, since a shadow would see the sequence's later requests alone."""
+        pin = None if sequence.start else self._pins.get(model, sequence)
+        if pin is not None:
+            decision = Decision(pin.version, Reason.SEQUENCE)
+            self._metrics.count_route(model, decision, pin.version or "default")
+            return decision
+        decision = replace(self.decide(model, requested, replace(context, sequence=None)), shadow="")
+        if not decision.version:
+            ready = self._registry.ready_versions(model)
+            if ready:
+                decision = replace(decision, version=max(ready, key=int))
+        return decision
+
     async def send(self, model: str, version: str, payload: bytes, context: RequestContext) -> bytes:
         """Send to one replica serving `model` (`version` if given); a replica that could
-        not be reached is ejected and the next one tried, until the deadline."""
+        not be reached is ejected and the next one tried, until the deadline. A sequence's
+        requests after its START go where the START went, with no failover."""
+        sequence = context.sequence
+        if sequence is not None and not sequence.start:
+            pin = self._pins.get(model, sequence)
+            if pin is not None:
+                if sequence.end:
+                    self._pins.end(model, sequence)
+                return await self._send_pinned(model, sequence, pin, payload)
         candidates = self._registry.replicas(model, version)
         if not candidates:
             await self._registry.find(model)  # an unknown name may be new: look once more
@@ -99,6 +131,9 @@ class Dispatcher:
             if client is None:
                 raise unavailable(f"no replica of model '{model}' could be reached")
             tried.append(client)
+            if sequence is not None and sequence.start and not sequence.end:
+                # Before the send: a stream's next requests of this sequence may follow at once.
+                self._pins.bind(model, sequence, version, client)
             try:
                 with self._balancer.track(client):
                     return await client.infer(payload)
@@ -108,6 +143,20 @@ class Dispatcher:
                     self._metrics.count_failover(model, "exhausted")
                     raise
                 self._metrics.count_failover(model, "retried")
+
+    async def _send_pinned(self, model: str, sequence: SequenceFlags, pin: Pin, payload: bytes) -> bytes:
+        """Only the pinned replica holds the sequence's state: if it is gone, say so
+        rather than move the sequence to a replica that would start it afresh."""
+        client = pin.replica
+        lost = f"sequence {sequence.id} of model '{model}' was started on replica {client.address}, which"
+        if client not in self._registry.replicas(model, pin.version):
+            raise unavailable(f"{lost} no longer serves it; start the sequence again")
+        try:
+            with self._balancer.track(client):
+                return await client.infer(payload)
+        except SidecarUnreachable as exc:
+            self._balancer.eject(client, exc.message)
+            raise unavailable(f"{lost} could not be reached; start the sequence again") from exc
 
     async def send_shadow(self, model: str, version: str, payload: bytes) -> bytes:
         """One try on one replica of `version`: shadows never fail over or eject."""

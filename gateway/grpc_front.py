@@ -321,13 +321,22 @@ def method_handlers(
 
 
 class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
-    """grpc.health.v1: SERVING exactly when the gateway is ready."""
+    """grpc.health.v1: SERVING exactly when the gateway is ready.
+
+    As Triton, the standard health check belongs to the `health` group: when that group
+    is restricted (`restriction`), Check (and Watch, which Triton lacks) answer UNAVAILABLE
+    without its metadata, with the text every restricted RPC gives."""
 
     SERVICES = frozenset({"", SERVICE})
 
-    def __init__(self, gateway: Gateway, watch_interval: float = 1.0) -> None:
+    def __init__(self, gateway: Gateway, watch_interval: float = 1.0, restriction: Restriction | None = None) -> None:
         self._gateway = gateway
         self._watch_interval = watch_interval
+        self._restriction = restriction
+
+    async def _refuse_unless_allowed(self, context: grpc.aio.ServicerContext) -> None:
+        if self._restriction is not None and not _carries(context, self._restriction):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, grpc_refusal(self._restriction))
 
     async def _status(self) -> int:
         ready = await self._gateway.server_ready()
@@ -335,11 +344,13 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
         return status
 
     async def Check(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._refuse_unless_allowed(context)
         if request.service not in self.SERVICES:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service '{request.service}'")
         return health_pb2.HealthCheckResponse(status=await self._status())
 
     async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await self._refuse_unless_allowed(context)
         if request.service not in self.SERVICES:
             yield health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
             return
@@ -358,5 +369,6 @@ def build_grpc_server(gateway: Gateway, restrictions: Mapping[str, Restriction] 
     server = grpc.aio.server(options=[*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 0)])
     handlers = method_handlers(gateway, restrictions)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    health_pb2_grpc.add_HealthServicer_to_server(HealthService(gateway), server)
+    health = HealthService(gateway, restriction=(restrictions or {}).get("health"))
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
     return server

@@ -4,15 +4,17 @@ one `Gateway` call; TurnoutError becomes `{"error": msg}` with Triton's HTTP sta
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive
 
 from gateway import http_json
 from gateway.dispatch import RequestContext
@@ -46,6 +48,9 @@ logger = logging.getLogger(__name__)
 _JSON = "application/json"
 QUEUE_FULL_SUFFIX = "Exceeds maximum queue size"
 RETRY_AFTER_SECS = "1"
+# An inference still unanswered this long starts watching for its client's disconnect; a
+# client that left sooner is noticed then (uvicorn remembers that it left).
+DISCONNECT_WATCH_AFTER_SECS = 0.01
 _METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 
 # Triton's route expressions (src/http_server.cc), matched in Triton's order against
@@ -112,6 +117,45 @@ async def _document(request: Request) -> Any:
     return parse_json(body)
 
 
+class _ClientGone(Exception):
+    """The HTTP client closed its connection before its answer was ready."""
+
+
+async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
+    # The body has been read, so the next message uvicorn gives is the disconnect.
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    handler.cancel()
+
+
+async def _while_connected(request: Request, work: Awaitable[bytes]) -> bytes:
+    """Await `work` unless the client goes away first; then cancel it, which tells the
+    sidecar to drop the request (the lane's CANCEL frame, or the gRPC call's cancel), and
+    raise _ClientGone. uvicorn does not cancel a handler whose client left."""
+    loop = asyncio.get_running_loop()
+    handler = asyncio.current_task()
+    assert handler is not None
+    watcher: asyncio.Task[None] | None = None
+
+    def watch() -> None:
+        nonlocal watcher
+        watcher = loop.create_task(_cancel_on_disconnect(request.receive, handler))
+
+    # Most answers come sooner than this: they pay for a timer, not for a watching task.
+    timer = loop.call_later(DISCONNECT_WATCH_AFTER_SECS, watch)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        # Only our own cancel means the client left; any other (shutdown) goes on up.
+        if watcher is not None and watcher.done() and not watcher.cancelled() and handler.uncancel() == 0:
+            raise _ClientGone from None
+        raise
+    finally:
+        timer.cancel()
+        if watcher is not None:
+            watcher.cancel()
+
+
 class HttpFront:
     """Triton's HTTP API over one Gateway; `app` is the ASGI endpoint for every path."""
 
@@ -145,6 +189,9 @@ class HttpFront:
             return _error(exc.message, 403)
         except _NotFound:
             return _error("Not Found", 404)
+        except (_ClientGone, ClientDisconnect):  # gone while we waited for its answer or its body
+            logger.info("HTTP %s %s: the client went away; its request was cancelled", request.method, path)
+            return _error("Request cancelled", 400)  # written nowhere: uvicorn drops it
         except Exception as exc:  # the client still gets Triton's error shape
             logger.exception("HTTP %s %s failed", request.method, path)
             return _error(f"internal error: {exc}", 500)
@@ -228,7 +275,8 @@ class HttpFront:
 
         # starlette's headers are a case-insensitive Mapping; routing reads its sticky key there.
         context = RequestContext(request.headers)
-        response = ModelInferResponse.FromString(await self._gateway.infer(infer_request, None, context))
+        encoded = await _while_connected(request, self._gateway.infer(infer_request, None, context))
+        response = ModelInferResponse.FromString(encoded)
         content, binary_header = render_infer_response(response, rendering)
         headers: dict[str, str] = {}
         if binary_header is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -141,10 +141,18 @@ class GatewayMetrics:
 class FleetMetrics:
     """Triton's families for the whole fleet, as one Triton would show them: every
     sidecar's own /metrics, summed sample by sample (replicas add up), or, for a sidecar
-    whose metrics port is unknown, its ModelStatistics. Host gauges are this machine's."""
+    whose metrics port is unknown, its ModelStatistics. Host gauges are this machine's.
+    Ensembles run in the gateway: `ensembles` gives their counters, added to the zeros
+    the ensemble sidecar reports for them."""
 
-    def __init__(self, sidecars: Callable[[], Sequence[SidecarClient]], timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        sidecars: Callable[[], Sequence[SidecarClient]],
+        timeout: float = 2.0,
+        ensembles: Callable[[], Iterable[pb.ModelStatistics]] = tuple,
+    ) -> None:
         self._sidecars = sidecars
+        self._ensembles = ensembles
         self._timeout = timeout
         self._host = HostGauges()
         self._http: httpx.AsyncClient | None = None
@@ -161,6 +169,8 @@ class FleetMetrics:
             else:
                 for stats in answer.model_stats:
                     add_statistics(exposition, stats)
+        for stats in self._ensembles():
+            add_statistics(exposition, stats)
         self._host.add_to(exposition)
         return exposition.render()
 

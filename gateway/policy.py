@@ -30,6 +30,7 @@ class Reason(enum.Enum):
     STICKY = "sticky"  # the sticky key's hash chose it
     WEIGHTED = "weighted"  # a seeded random draw by weight
     DEFAULT = "default"  # no policy, or no policy version ready: the sidecar's newest
+    SEQUENCE = "sequence"  # a sequence's later requests keep the version of its START
 
 
 @dataclass(frozen=True)

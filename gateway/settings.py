@@ -54,4 +54,10 @@ class GatewaySettings:
     grpc_root_cert: str = ""
     http_ssl_certfile: str = ""
     http_ssl_keyfile: str = ""
+    # TLS to the sidecars, gRPC and lane alike (gateway.upstream.SidecarTls): for every
+    # --sidecar with sidecar_use_ssl; under Consul, for those whose registration says TLS.
+    sidecar_use_ssl: bool = False
+    sidecar_ssl_root_cert: str = ""  # CAs that sign sidecar certificates; "" = the system's
+    sidecar_ssl_cert: str = ""  # our certificate (chain), for sidecars that want mutual TLS
+    sidecar_ssl_key: str = ""
     grpc_restricted_protocol: tuple[str, ...] = ()

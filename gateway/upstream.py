@@ -3,10 +3,13 @@
 ModelInfer travels as bytes both ways (identity serializers), so a gRPC request
 crosses the gateway without being re-encoded; every other method is typed. gRPC
 errors become TurnoutError here, with the sidecar's status and text unchanged.
+With TLS (SidecarTls) both the channel and the infer lane are encrypted.
 """
 
 from __future__ import annotations
 
+import logging
+import ssl
 from typing import Any, TypeVar
 
 import grpc
@@ -20,6 +23,8 @@ from protos.status import Status, TurnoutError, status_from_grpc, unavailable
 
 M = TypeVar("M", bound=Message)
 
+logger = logging.getLogger(__name__)
+
 # Readiness probes must not hang on a stopped or paused sidecar.
 READY_TIMEOUT_SECS = 2.0
 
@@ -32,9 +37,19 @@ class SidecarUnreachable(TurnoutError):
     """The request never reached the sidecar, so another replica may safely take it."""
 
 
-def _translate(exc: grpc.aio.AioRpcError) -> TurnoutError:
+# A TLS mismatch shows only as a socket the sidecar closed; say where to look.
+_CLOSED_HINT = {
+    False: "the sidecar may serve TLS only: give the gateway --sidecar-ssl-root-cert",
+    True: "the sidecar may want a client certificate (--sidecar-ssl-cert) or serve no TLS",
+}
+
+
+def _translate(exc: grpc.aio.AioRpcError, tls: bool) -> TurnoutError:
     details = exc.details() or ""
-    if exc.code() == grpc.StatusCode.UNAVAILABLE and any(w in details.lower() for w in _NOT_CONNECTED):
+    lowered = details.lower()
+    if exc.code() == grpc.StatusCode.UNAVAILABLE and any(w in lowered for w in _NOT_CONNECTED):
+        if "socket closed" in lowered:
+            details = f"{details} ({_CLOSED_HINT[tls]})"
         return SidecarUnreachable(Status.UNAVAILABLE, details)
     return TurnoutError(status_from_grpc(exc.code()), details)
 
@@ -48,19 +63,54 @@ _RECONNECT_OPTIONS = [
 ]
 
 
+class SidecarTls:
+    """How the gateway speaks TLS to sidecars: the CAs it trusts (the system's when none are
+    given) and, for sidecars that want mutual TLS, its own certificate chain and key (PEM
+    file paths). The files are read once; raises OSError (ssl.SSLError included) for
+    unusable ones."""
+
+    def __init__(self, root_cert: str = "", cert: str = "", key: str = "") -> None:
+        def read(path: str) -> bytes | None:
+            if not path:
+                return None
+            with open(path, "rb") as file:
+                return file.read()
+
+        self.channel_credentials = grpc.ssl_channel_credentials(read(root_cert), read(key), read(cert))
+        self.lane_context = ssl.create_default_context(cafile=root_cert or None)
+        if cert:
+            self.lane_context.load_cert_chain(cert, key)
+
+
+def _host(address: str) -> str:
+    return address.rpartition(":")[0].strip("[]")
+
+
 class SidecarClient:
-    """One sidecar: its framework name, address and channel.
+    """One sidecar: its framework name, address and channel; with `tls`, TLS to both its
+    gRPC port and its lane.
 
     Create it inside the event loop that will use it; `close()` releases the channel.
     """
 
-    def __init__(self, framework: str, address: str, lane: str = "", metrics: str = "") -> None:
+    def __init__(
+        self, framework: str, address: str, lane: str = "", metrics: str = "", tls: SidecarTls | None = None
+    ) -> None:
         self.framework = framework
         self.address = address
         self.metrics = metrics  # host:port of its /metrics, "" if unknown
+        self.tls = tls is not None
+        self._last_tls_failure = ""
         # ModelInfer takes the sidecar's lane when it has one: a frame costs far less than a call.
-        self._lane = LaneClient(lane) if lane else None
-        self._channel = grpc.aio.insecure_channel(address, options=[*MESSAGE_SIZE_OPTIONS, *_RECONNECT_OPTIONS])
+        # A Unix lane's certificate is the sidecar's own, issued for its gRPC host.
+        self._lane = None
+        if lane:
+            self._lane = LaneClient(lane, tls.lane_context, _host(address)) if tls else LaneClient(lane)
+        options = [*MESSAGE_SIZE_OPTIONS, *_RECONNECT_OPTIONS]
+        if tls is not None:
+            self._channel = grpc.aio.secure_channel(address, tls.channel_credentials, options=options)
+        else:
+            self._channel = grpc.aio.insecure_channel(address, options=options)
         self._calls: dict[str, Any] = {}
         for method in METHODS:
             if method.streaming:
@@ -86,20 +136,28 @@ class SidecarClient:
                 return await self._lane.call(encoded, REQUEST_ID.get())  # raises the sidecar's TurnoutError
             except TurnoutError as exc:
                 if isinstance(exc.__cause__, OSError):  # the connect failed: nothing was sent
+                    if self.tls:
+                        self._say_tls_failure(exc.message)
                     raise SidecarUnreachable(exc.status, exc.message) from exc
                 raise
         try:
             response: bytes = await self._infer(encoded)
         except grpc.aio.AioRpcError as exc:
-            raise _translate(exc) from exc
+            raise _translate(exc, self.tls) from exc
         return response
+
+    def _say_tls_failure(self, message: str) -> None:
+        # Once per distinct failure, not once per request that meets it.
+        if message != self._last_tls_failure:
+            self._last_tls_failure = message
+            logger.error("the %s sidecar at %s: %s", self.framework, self.address, message)
 
     async def call(self, method: str, request: Message, response_type: type[M], timeout: float | None = None) -> M:
         """A typed unary call by method name ("ModelMetadata", ...)."""
         try:
             response = await self._calls[method](request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
-            raise _translate(exc) from exc
+            raise _translate(exc, self.tls) from exc
         if not isinstance(response, response_type):  # pragma: no cover - table mismatch
             raise unavailable(f"unexpected response type from sidecar {self.address}")
         return response

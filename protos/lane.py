@@ -10,12 +10,14 @@ A CANCEL frame (empty payload) says the caller gave up on a call (its deadline p
 its client went away): the sidecar cancels it, which drops it from its batcher's queue
 if it has not run yet, and sends no reply. Writes made in one turn
 of the event loop leave in one syscall, so concurrent calls share the hop's cost.
+Either end may put TLS under the frames (an `ssl.SSLContext`), on TCP or a Unix socket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from enum import IntEnum
@@ -24,6 +26,8 @@ from protos.status import Status, TurnoutError
 
 _HEADER = struct.Struct("<IQB")
 MAX_FRAME = 2**31 - 1
+# A peer that never answers the handshake (a plain lane, most often) must not stall a call.
+TLS_HANDSHAKE_TIMEOUT_SECS = 5.0
 
 
 class Kind(IntEnum):
@@ -148,14 +152,18 @@ class LaneServer:
         self._server: asyncio.AbstractServer | None = None
         self.tasks: set[asyncio.Task[None]] = set()  # in-flight answers, for draining
 
-    async def start_unix(self, path: str) -> str:
+    async def start_unix(self, path: str, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(lambda: _ServerConnection(self._handler, self.tasks), path)
+        self._server = await loop.create_unix_server(
+            lambda: _ServerConnection(self._handler, self.tasks), path, ssl=tls
+        )
         return f"unix:{path}"
 
-    async def start_tcp(self, host: str, port: int) -> str:
+    async def start_tcp(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _ServerConnection(self._handler, self.tasks), host, port)
+        self._server = await loop.create_server(
+            lambda: _ServerConnection(self._handler, self.tasks), host, port, ssl=tls
+        )
         bound = self._server.sockets[0].getsockname()
         return f"{bound[0]}:{bound[1]}"
 
@@ -186,7 +194,9 @@ class _ClientConnection(_Framer):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        error = TurnoutError(Status.UNAVAILABLE, "connection to sidecar lost")
+        # A TLS sidecar that wanted our certificate resets the connection after the handshake.
+        detail = f": {exc}" if exc is not None else ""
+        error = TurnoutError(Status.UNAVAILABLE, f"connection to sidecar lost{detail}")
         for future in self.waiting.values():
             if not future.done():
                 future.set_exception(error)
@@ -194,10 +204,15 @@ class _ClientConnection(_Framer):
 
 
 class LaneClient:
-    """A connection to one sidecar's lane (`unix:/path` or `host:port`), opened on first use."""
+    """A connection to one sidecar's lane (`unix:/path` or `host:port`), opened on first use.
 
-    def __init__(self, address: str) -> None:
+    With `tls`, the connection is TLS and the sidecar's certificate must name
+    `server_hostname` (for a TCP lane, its host when none is given)."""
+
+    def __init__(self, address: str, tls: ssl.SSLContext | None = None, server_hostname: str = "") -> None:
         self.address = address
+        self._tls = tls
+        self._server_hostname = server_hostname
         self._connection: _ClientConnection | None = None
         self._connecting: asyncio.Lock | None = None
         self._ids = itertools.count(1)
@@ -209,16 +224,39 @@ class LaneClient:
             if self._connection is not None and not self._connection.closed:
                 return self._connection
             loop = asyncio.get_running_loop()
+            tls = self._tls
+            timeout = TLS_HANDSHAKE_TIMEOUT_SECS if tls is not None else None
             try:
                 if self.address.startswith("unix:"):
-                    _, protocol = await loop.create_unix_connection(_ClientConnection, self.address[5:])
+                    _, protocol = await loop.create_unix_connection(
+                        _ClientConnection,
+                        self.address[5:],
+                        ssl=tls,
+                        server_hostname=self._server_hostname if tls is not None else None,
+                        ssl_handshake_timeout=timeout,
+                    )
                 else:
                     host, _, port = self.address.rpartition(":")
-                    _, protocol = await loop.create_connection(_ClientConnection, host, int(port))
+                    host = host.strip("[]")
+                    _, protocol = await loop.create_connection(
+                        _ClientConnection,
+                        host,
+                        int(port),
+                        ssl=tls,
+                        server_hostname=(self._server_hostname or host) if tls is not None else None,
+                        ssl_handshake_timeout=timeout,
+                    )
             except OSError as error:
-                raise TurnoutError(Status.UNAVAILABLE, f"sidecar at {self.address} is unreachable") from error
+                raise TurnoutError(Status.UNAVAILABLE, self._connect_failure(error)) from error
             self._connection = protocol
             return protocol
+
+    def _connect_failure(self, error: OSError) -> str:
+        if isinstance(error, ssl.SSLError):
+            return f"TLS handshake with the sidecar at {self.address} failed: {error}"
+        if self._tls is not None and isinstance(error, ConnectionAbortedError):  # asyncio's handshake timeout
+            return f"the sidecar at {self.address} did not answer the TLS handshake; does it serve TLS?"
+        return f"sidecar at {self.address} is unreachable"
 
     async def call(self, payload: bytes, request_id: str = "") -> bytes:
         """Send one request, tagged with `request_id`; return the reply payload or raise

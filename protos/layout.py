@@ -4,6 +4,7 @@ framework serves a model, its default file, and which folders are versions."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 # platform or backend name in config.pbtxt -> the sidecar framework that serves it
@@ -16,6 +17,8 @@ FRAMEWORK_OF: dict[str, str] = {
     "pytorch": "pytorch",
     "tensorrt_plan": "tensorrt",
     "tensorrt": "tensorrt",
+    # Ensembles: their configs live in the config-only ensemble sidecar; the gateway runs them.
+    "ensemble": "ensemble",
 }
 
 # framework -> (backend, platform, default model file)
@@ -23,6 +26,7 @@ DEFAULTS: dict[str, tuple[str, str, str]] = {
     "onnxruntime": ("onnxruntime", "onnxruntime_onnx", "model.onnx"),
     "pytorch": ("pytorch", "pytorch_libtorch", "model.pt"),
     "tensorrt": ("tensorrt", "tensorrt_plan", "model.plan"),
+    "ensemble": ("", "ensemble", ""),  # Triton: an ensemble has no backend and no model file
 }
 
 _SUFFIX_FRAMEWORK = {".onnx": "onnxruntime", ".pt": "pytorch", ".pt2": "pytorch", ".plan": "tensorrt"}
@@ -51,13 +55,20 @@ def framework_of_model(model_dir: Path, config_text: str | None = None) -> str |
     if config_text is None:
         config_file = model_dir / "config.pbtxt"
         config_text = config_file.read_text() if config_file.is_file() else ""
+    versions = [p for p in model_dir.iterdir() if p.is_dir() and is_version_dir(p.name)]
+    return framework_of_listing(config_text, {p.name: [e.name for e in p.iterdir()] for p in versions})
+
+
+def framework_of_listing(config_text: str, version_entries: Mapping[str, Iterable[str]]) -> str | None:
+    """The same rule for a folder known from a listing (a remote repository): its config
+    text and the entry names in each version folder."""
     for _, name in _PLATFORM.findall(config_text):
         framework = framework_of_name(name)
         if framework:
             return framework
-    for version_dir in sorted(p for p in model_dir.iterdir() if p.is_dir() and is_version_dir(p.name)):
-        for entry in sorted(version_dir.iterdir()):
-            framework = framework_of_file(entry.name)
+    for version in sorted(version_entries):
+        for entry in sorted(version_entries[version]):
+            framework = framework_of_file(entry)
             if framework:
                 return framework
     return None

@@ -133,7 +133,8 @@ def add_statistics(exposition: Exposition, stats: Any) -> None:
     s = stats.inference_stats
     add = exposition.add
     add("nv_inference_request_success", labels, s.success.count)
-    add("nv_inference_request_failure", (*labels, ("reason", "OTHER")), s.fail.count)
+    # Labels in name order, as merge_text keeps a scrape's, so both land on one sample.
+    add("nv_inference_request_failure", tuple(sorted((*labels, ("reason", "OTHER")))), s.fail.count)
     add("nv_inference_count", labels, stats.inference_count)
     add("nv_inference_exec_count", labels, stats.execution_count)
     add("nv_inference_request_duration_us", labels, (s.success.ns + s.fail.ns) // 1000)

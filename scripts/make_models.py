@@ -177,6 +177,174 @@ def write_linear(repo: Path, name: str = "linear", versions: dict[int, float] | 
     return model_dir
 
 
+def write_affine(repo: Path, name: str, scale: float, offset: float) -> Path:
+    """OUTPUT0 = INPUT0 * scale + offset on FP32 [4]: the pre- and post-processing
+    steps of the example ensemble."""
+    model_dir = Path(repo) / name
+    dims = _dims(8, [4])
+    weights = [
+        numpy_helper.from_array(np.array(scale, dtype=np.float32), "scale"),
+        numpy_helper.from_array(np.array(offset, dtype=np.float32), "offset"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["INPUT0", "scale"], ["scaled"]),
+            helper.make_node("Add", ["scaled", "offset"], ["OUTPUT0"]),
+        ],
+        name,
+        [_tensor("INPUT0", "FP32", dims)],
+        [_tensor("OUTPUT0", "FP32", dims)],
+        initializer=weights,
+    )
+    _save(graph, model_dir / "1" / "model.onnx")
+    config = _config(name, 8, [("INPUT0", "FP32", [4])], [("OUTPUT0", "FP32", [4])], "dynamic_batching { }")
+    (model_dir / "config.pbtxt").write_text(config)
+    return model_dir
+
+
+def write_ensemble(
+    repo: Path,
+    name: str,
+    inputs: list[tuple[str, str, list[int]]],
+    outputs: list[tuple[str, str, list[int]]],
+    steps: list[tuple[str, int, dict[str, str], dict[str, str]]],
+    max_batch_size: int = 8,
+    versions: tuple[int, ...] = (1,),
+    extra_config: str = "",
+) -> Path:
+    """An ensemble config; each step is (model, version (-1: latest), input_map, output_map),
+    the maps from the step model's tensor names to the ensemble's."""
+    model_dir = Path(repo) / name
+    for version in versions:
+        (model_dir / str(version)).mkdir(parents=True, exist_ok=True)
+        (model_dir / str(version) / ".gitkeep").touch()  # an ensemble's version folder is empty; git keeps none
+    blocks = []
+    for model, version, input_map, output_map in steps:
+        lines = [f'      model_name: "{model}"', f"      model_version: {version}"]
+        lines += [f'      input_map {{ key: "{k}" value: "{v}" }}' for k, v in input_map.items()]
+        lines += [f'      output_map {{ key: "{k}" value: "{v}" }}' for k, v in output_map.items()]
+        blocks.append("    {\n" + "\n".join(lines) + "\n    }")
+    scheduling = "ensemble_scheduling {\n  step [\n" + ",\n".join(blocks) + "\n  ]\n}"
+    config = _config(name, max_batch_size, inputs, outputs, f"{scheduling}\n{extra_config}")
+    config = config.replace('platform: "onnxruntime_onnx"', 'platform: "ensemble"')
+    (model_dir / "config.pbtxt").write_text(config)
+    return model_dir
+
+
+_CONTROL_KINDS = {"START": "CONTROL_SEQUENCE_START", "END": "CONTROL_SEQUENCE_END", "READY": "CONTROL_SEQUENCE_READY"}
+_FALSE_TRUE = {
+    "INT32": "int32_false_true: [ 0, 1 ]",
+    "FP32": "fp32_false_true: [ 0, 1 ]",
+    "BOOL": "bool_false_true: [ false, true ]",
+}
+
+
+def write_sequence(
+    repo: Path,
+    name: str,
+    controls: tuple[str, ...] = ("START", "READY"),
+    control_type: str = "INT32",
+    corrid: str = "",
+    state: bool = False,
+    strategy: str = "",
+    max_batch_size: int = 8,
+    instances: int = 0,
+    echo_controls: bool = False,
+) -> Path:
+    """A stateful model on INT32 [1]: OUTPUT = READY * (INPUT [+ START] [+ END * CORRID] [+ STATE]).
+
+    `controls` are the START/END/READY tensors the sequence batcher sets (of `control_type`),
+    `corrid` the datatype of a CORRID control ("" for none), `state` an implicit running sum
+    of INPUT (STATE_IN -> STATE_OUT, zero at START), `strategy` further sequence_batching
+    lines (strategy, idle time), `instances` the CPU instance count (0: Triton's default).
+    With `echo_controls` each control also comes back as <NAME>_OUT, as the model got it.
+    """
+    model_dir = Path(repo) / name
+    dims = _dims(max_batch_size, [1])
+    nodes = []
+    inputs = [_tensor("INPUT", "INT32", dims)]
+    outputs = [_tensor("OUTPUT", "INT32", dims)]
+    as_int = {}
+    for control in controls:
+        inputs.append(_tensor(control, control_type, dims))
+        as_int[control] = control if control_type == "INT32" else f"{control}_int"
+        if control_type != "INT32":
+            nodes.append(helper.make_node("Cast", [control], [as_int[control]], to=TensorProto.INT32))
+    if corrid:
+        inputs.append(_tensor("CORRID", corrid, dims))
+        nodes.append(helper.make_node("Cast", ["CORRID"], ["corrid_int"], to=TensorProto.INT32))
+    terms = ["INPUT"]
+    if "START" in controls:
+        terms.append(as_int["START"])
+    if corrid and "END" in controls:
+        nodes.append(helper.make_node("Mul", [as_int["END"], "corrid_int"], ["end_corrid"]))
+        terms.append("end_corrid")
+    if state:
+        inputs.append(_tensor("STATE_IN", "INT32", dims))
+        outputs.append(_tensor("STATE_OUT", "INT32", dims))
+        nodes.append(helper.make_node("Add", ["STATE_IN", "INPUT"], ["STATE_OUT"]))
+        terms.append("STATE_IN")
+    total = terms[0]
+    for index, term in enumerate(terms[1:]):
+        nodes.append(helper.make_node("Add", [total, term], [f"sum{index}"]))
+        total = f"sum{index}"
+    ready = as_int.get("READY")
+    if ready:
+        nodes.append(helper.make_node("Mul", [ready, total], ["OUTPUT"]))
+    else:
+        nodes.append(helper.make_node("Identity", [total], ["OUTPUT"]))
+    echoed = [(f"{c}_OUT", control_type) for c in controls] + ([("CORRID_OUT", corrid)] if corrid else [])
+    if echo_controls:
+        for echo, datatype in echoed:
+            nodes.append(helper.make_node("Identity", [echo.removesuffix("_OUT")], [echo]))
+            outputs.append(_tensor(echo, datatype, dims))
+    _save(helper.make_graph(nodes, name, inputs, outputs), model_dir / "1" / "model.onnx")
+
+    kinds = {c: f"kind: {_CONTROL_KINDS[c]} {_FALSE_TRUE[control_type]}" for c in controls}
+    if corrid:
+        kinds["CORRID"] = f"kind: CONTROL_SEQUENCE_CORRID data_type: {CONFIG_TYPE[corrid]}"
+    blocks = [f'    {{\n      name: "{n}"\n      control [ {{ {kind} }} ]\n    }}' for n, kind in kinds.items()]
+    lines = [f"  {line.strip()}" for line in strategy.strip().splitlines()]
+    lines.append("  control_input [\n" + ",\n".join(blocks) + "\n  ]")
+    if state:
+        initial = 'initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" }'
+        state_io = 'input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ]'
+        lines.append(f"  state [ {{ {state_io} {initial} }} ]")
+    count = f"count: {instances} " if instances else ""
+    extra = "sequence_batching {\n" + "\n".join(lines) + "\n}\n" + f"instance_group [ {{ {count}kind: KIND_CPU }} ]"
+    config_outputs = [("OUTPUT", "INT32", [1])] + ([(e, t, [1]) for e, t in echoed] if echo_controls else [])
+    config = _config(name, max_batch_size, [("INPUT", "INT32", [1])], config_outputs, extra)
+    (model_dir / "config.pbtxt").write_text(config)
+    return model_dir
+
+
+# Triton's example strategy for its dynamic sequence models: oldest first, 10 s idle.
+DYNA_STRATEGY = (
+    "max_sequence_idle_microseconds: 10000000\n"
+    "oldest { max_candidate_sequences: 1024 max_queue_delay_microseconds: 10000 }"
+)
+
+
+def write_sequence_examples(repo: Path) -> None:
+    """The stateful models Triton's sequence client examples drive: `simple_sequence`
+    (each value, plus one at START), `simple_dyna_sequence` (the same, plus the
+    correlation id at END) and, for their --dyna string ids, `simple_string_dyna_sequence`
+    (a running sum in implicit state, plus the numeric string id at END)."""
+    write_sequence(repo, "simple_sequence")
+    write_sequence(
+        repo, "simple_dyna_sequence", ("START", "END", "READY"), corrid="UINT64", strategy=DYNA_STRATEGY, instances=2
+    )
+    write_sequence(
+        repo,
+        "simple_string_dyna_sequence",
+        ("END", "READY"),
+        corrid="BYTES",
+        state=True,
+        strategy=DYNA_STRATEGY,
+        instances=2,
+    )
+
+
 def linear_override(versions: list[int], warm: bool) -> str:
     """A load request's config override for write_linear's model: `linear` limited to `versions`; with `warm`, a
     `model_warmup` sample that must run before the version is READY."""
@@ -261,6 +429,11 @@ def _torch_modules() -> SimpleNamespace:
         def forward(self, INPUT0: list[str]) -> list[str]:
             return INPUT0
 
+    class RunningSum(nn.Module):
+        def forward(self, INPUT: Tensor, START: Tensor, READY: Tensor, STATE_IN: Tensor) -> tuple[Tensor, Tensor]:
+            total = STATE_IN + INPUT
+            return READY * (total + START), total
+
     class Mlp(nn.Module):
         def __init__(self, weights: list[tuple[np.ndarray, np.ndarray]]) -> None:
             super().__init__()
@@ -281,7 +454,8 @@ def _torch_modules() -> SimpleNamespace:
                     x = torch.relu(x)
             return x
 
-    return SimpleNamespace(**{c.__name__: c for c in (AddSub, AddSubNamed, AddSubDict, Identity, StringIdentity, Mlp)})
+    classes = (AddSub, AddSubNamed, AddSubDict, Identity, StringIdentity, RunningSum, Mlp)
+    return SimpleNamespace(**{c.__name__: c for c in classes})
 
 
 def _torch_io(name: str, datatype: str, dims: list[int]) -> str:
@@ -355,6 +529,22 @@ def write_torch_identity(repo: Path, name: str, datatype: str, max_batch_size: i
     return model_dir
 
 
+def write_torch_sequence(repo: Path, name: str = "running_sum_torch") -> Path:
+    """A stateful TorchScript model: OUTPUT = READY * (running sum of INPUT + START), the
+    sum kept in implicit state (STATE_IN -> STATE_OUT), START and READY INT32 controls."""
+    model_dir = Path(repo) / name
+    _save_script(_torch_modules().RunningSum(), model_dir / "1" / "model.pt")
+    controls = [
+        f'{{ name: "{n}" control [ {{ kind: CONTROL_SEQUENCE_{n} int32_false_true: [ 0, 1 ] }} ] }}'
+        for n in ("START", "READY")
+    ]
+    state = 'input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ]'
+    extra = f"sequence_batching {{\n  control_input [ {', '.join(controls)} ]\n  state [ {{ {state} }} ]\n}}"
+    io, out = [("INPUT", "INT32", [1])], [("OUTPUT", "INT32", [1])]
+    (model_dir / "config.pbtxt").write_text(_torch_config(name, 8, io, out, extra))
+    return model_dir
+
+
 def write_torch_export(repo: Path, name: str = "simple_export", max_batch_size: int = 8) -> Path:
     """`simple` exported with torch.export (model.pt2, platform torch_aoti), batch dim dynamic."""
     import torch
@@ -404,6 +594,16 @@ def write_example_repository(repo: Path) -> None:
     write_simple_string(repo)
     write_identity(repo)
     write_linear(repo)
+    write_sequence_examples(repo)
+    write_affine(repo, "preprocess", scale=0.5, offset=-1.0)
+    write_affine(repo, "postprocess", scale=10.0, offset=1.0)
+    io = [("INPUT0", "FP32", [4])]
+    steps = [
+        ("preprocess", -1, {"INPUT0": "INPUT0"}, {"OUTPUT0": "prepared"}),
+        ("linear", -1, {"INPUT0": "prepared"}, {"OUTPUT0": "scaled"}),
+        ("postprocess", -1, {"INPUT0": "scaled"}, {"OUTPUT0": "OUTPUT0"}),
+    ]
+    write_ensemble(repo, "linear_pipeline", io, [("OUTPUT0", "FP32", [4])], steps)
 
 
 if __name__ == "__main__":

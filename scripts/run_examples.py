@@ -21,7 +21,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from harness import turnout_up  # noqa: E402
-from make_models import write_example_repository, write_identity, write_simple  # noqa: E402
+from make_models import (  # noqa: E402
+    write_example_repository,
+    write_identity,
+    write_linear,
+    write_simple,
+    write_simple_string,
+)
 
 # Examples that run against the default server (HTTP examples take host:port via -u).
 SERVED = (
@@ -45,17 +51,17 @@ SERVED = (
     "grpc_explicit_byte_content_client.py",
     "grpc_explicit_int8_content_client.py",
     "reuse_infer_objects_client.py",
+    "simple_grpc_sequence_sync_infer_client.py",
+    "simple_http_sequence_sync_infer_client.py",
+    "simple_grpc_sequence_stream_infer_client.py",
+    "simple_grpc_aio_sequence_stream_infer_client.py",
 )
 # The model-control examples count the index: seven models for HTTP, eight for gRPC.
 EXPLICIT = {"simple_http_model_control.py": 7, "simple_grpc_model_control.py": 8}
-# Need what turnout does not serve here: a GPU (cudashm), sequence models, image models.
+# Need what turnout does not serve here: a GPU (cudashm), image models.
 SKIPPED = {
     "simple_http_cudashm_client.py": "needs a CUDA GPU",
     "simple_grpc_cudashm_client.py": "needs a CUDA GPU",
-    "simple_grpc_sequence_stream_infer_client.py": "needs a sequence-batching model",
-    "simple_grpc_sequence_sync_infer_client.py": "needs a sequence-batching model",
-    "simple_http_sequence_sync_infer_client.py": "needs a sequence-batching model",
-    "simple_grpc_aio_sequence_stream_infer_client.py": "needs a sequence-batching model",
     "simple_grpc_custom_repeat.py": "needs a decoupled model",
     "image_client.py": "needs an image model and an image",
     "grpc_image_client.py": "needs an image model and an image",
@@ -66,8 +72,12 @@ SKIPPED = {
 
 
 def build_repository(repo: Path, models: int = 7) -> Path:
-    """The example repository plus simple_int8 and identities, `models` models in all."""
-    write_example_repository(repo)
+    """simple, simple_string, simple_identity, linear, simple_int8 and identities: `models`
+    models in all, as the model-control examples count them."""
+    write_simple(repo)
+    write_simple_string(repo)
+    write_identity(repo)
+    write_linear(repo)
     write_simple(repo, name="simple_int8", datatype="INT8")
     extra = ["FP32", "INT32", "INT64", "FP64"]
     for datatype in extra[: models - 5]:
@@ -111,7 +121,9 @@ def main() -> int:
         runs: list[tuple[list[Path], Path, tuple[str, ...]]] = []
         served = selected(SERVED)
         if served:
-            runs.append((served, build_repository(Path(tmp) / "repo"), ("--allow-client-shm=true",)))
+            repo = build_repository(Path(tmp) / "repo")
+            write_example_repository(repo)  # and the rest of model_repository/: sequence models
+            runs.append((served, repo, ("--allow-client-shm=true",)))
         for name, count in EXPLICIT.items():
             scripts = selected((name,))
             if scripts:
@@ -124,6 +136,8 @@ def main() -> int:
                     variants = [("", ())]
                     if script.name == "reuse_infer_objects_client.py":
                         variants = [(" (http)", ("-i", "http")), (" (grpc)", ("-i", "grpc"))]
+                    if "_sequence_" in script.name:  # -d: the dynamic (oldest, CORRID) sequence models
+                        variants = [("", ()), (" (dyna)", ("-d",))]
                     for label, extra in variants:
                         grpc_url = "grpc" in script.name or "grpc" in extra
                         url = server.grpc if grpc_url else server.http

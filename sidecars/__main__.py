@@ -6,10 +6,10 @@ the flag (--model-repository: TURNOUT_SIDECAR_MODEL_REPOSITORY; repeatable ones 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
+from protos.remote import RemoteError, check_extra, is_remote, parse_location
 from sidecars.process import run
 from sidecars.runtime import RUNTIMES
 from sidecars.settings import ControlMode, SidecarSettings
@@ -25,6 +25,19 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+def _model_repositories(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """Folders as given; an s3:// or gs:// URL must parse and have its filesystem installed."""
+    for value in values:
+        if not is_remote(value):
+            click.Path(file_okay=False).convert(value, param, ctx)
+            continue
+        try:
+            check_extra(parse_location(value))
+        except RemoteError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from exc
+    return values
+
+
 @click.command(context_settings={"auto_envvar_prefix": "TURNOUT_SIDECAR", "show_default": True})
 @click.option("--framework", required=True, type=click.Choice(sorted(RUNTIMES)))
 @click.option(
@@ -33,8 +46,8 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     envvar="TURNOUT_SIDECAR_MODEL_REPOSITORY",
     required=True,
     multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="repeatable; a model name may appear in only one",
+    callback=_model_repositories,
+    help="a folder, s3://[host:port/]bucket/path or gs://bucket/path; repeatable; a model name may appear in only one",
 )
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", default=0, type=click.IntRange(0, 65535), help="0 binds a free port")
@@ -74,9 +87,14 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--device", default="cpu", help="the device advertised in the registration's meta")
 @click.option("--consul-check-interval", default="1s", help="how often Consul checks our gRPC health")
 @click.option("--consul-deregister-after", default="1m", help="Consul drops us after critical this long")
+@click.option("--grpc-use-ssl", default=False, type=click.BOOL, help="serve gRPC and the infer lane over TLS")
+@click.option("--grpc-use-ssl-mutual", default=False, type=click.BOOL, help="TLS that requires client certificates")
+@click.option("--grpc-server-cert", default="", help="PEM server certificate (chain) for TLS")
+@click.option("--grpc-server-key", default="", help="PEM private key for TLS")
+@click.option("--grpc-root-cert", default="", help="PEM CA certificates that sign client certificates")
 def main(
     framework: str,
-    model_repositories: tuple[Path, ...],
+    model_repositories: tuple[str, ...],
     host: str,
     port: int,
     model_control_mode: str,
@@ -104,8 +122,19 @@ def main(
     device: str,
     consul_check_interval: str,
     consul_deregister_after: str,
+    grpc_use_ssl: bool,
+    grpc_use_ssl_mutual: bool,
+    grpc_server_cert: str,
+    grpc_server_key: str,
+    grpc_root_cert: str,
 ) -> None:
     """Serve one framework's models of a Triton model repository over the v2 gRPC service."""
+    # As the gateway's flags: mutual TLS implies TLS, and TLS needs a certificate and its key.
+    grpc_use_ssl = grpc_use_ssl or grpc_use_ssl_mutual
+    if grpc_use_ssl_mutual and not grpc_root_cert:
+        raise click.UsageError("--grpc-use-ssl-mutual needs --grpc-root-cert")
+    if grpc_use_ssl and not (grpc_server_cert and grpc_server_key):
+        raise click.UsageError("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
     options = _backend_config(backend_config)
     default_max = dict(options).get("default-max-batch-size", "4")
     try:
@@ -143,6 +172,11 @@ def main(
         device=device,
         consul_check_interval=consul_check_interval,
         consul_deregister_after=consul_deregister_after,
+        grpc_use_ssl=grpc_use_ssl,
+        grpc_use_ssl_mutual=grpc_use_ssl_mutual,
+        grpc_server_cert=grpc_server_cert,
+        grpc_server_key=grpc_server_key,
+        grpc_root_cert=grpc_root_cert,
     )
     sys.exit(run(settings))
 

@@ -17,7 +17,7 @@ import numpy as np
 from protos import model_config_pb2 as mc
 from protos.status import TurnoutError, internal, unavailable
 from sidecars.runtime import ModelInstance
-from sidecars.statistics import BatchTimes, VersionStatistics
+from protos.statistics import BatchTimes, VersionStatistics
 from sidecars.validation import ValidRequest
 
 

@@ -10,6 +10,7 @@ from google.protobuf import json_format, text_format
 from protos import layout
 from protos import model_config_pb2 as mc
 from protos.status import TurnoutError, internal, invalid_arg
+from sidecars.sequence_config import check_sequence_config, fill_sequence_defaults
 
 CONFIG_FILE = "config.pbtxt"
 
@@ -69,6 +70,9 @@ def fill_core_defaults(config: mc.ModelConfig, model: str, framework: str, gpu_c
     policy = config.version_policy
     if not config.HasField("version_policy") or (policy.HasField("latest") and policy.latest.num_versions == 0):
         policy.latest.num_versions = 1
+    fill_sequence_defaults(config)
+    if framework == "ensemble":
+        return  # Triton's core gives ensembles no optimization and no instance groups
     if not config.HasField("optimization"):
         # Triton's core defaults: pinned host buffers for inputs and outputs.
         config.optimization.input_pinned_memory.enable = True
@@ -109,6 +113,7 @@ def check(config: mc.ModelConfig) -> None:
             raise invalid_arg(f"failed to load '{model}', model {kind} '{tensor.name}' must specify 'data_type'")
         if not tensor.dims and not tensor.HasField("reshape"):
             raise invalid_arg(f"failed to load '{model}', model {kind} '{tensor.name}' must specify 'dims'")
+    check_sequence_config(config)
 
 
 def model_file(config: mc.ModelConfig, version_dir: Path) -> Path:

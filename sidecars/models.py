@@ -14,12 +14,22 @@ from protos import model_config_pb2 as mc
 from protos.status import TurnoutError, internal, invalid_arg, not_found, unavailable
 from sidecars.batcher import DynamicBatcher
 from sidecars.config import check, fill_core_defaults, load_failure, read_config
-from sidecars.journal import LoadJournal
-from sidecars.repository import Repository, UploadedModel, duplicate_failure, select_versions, version_numbers
+from sidecars.journal import LoadJournal, Replay
+from sidecars.repository import (
+    Fingerprint,
+    LocalizedFolder,
+    Repository,
+    UploadedModel,
+    duplicate_failure,
+    select_versions,
+    version_numbers,
+)
 from sidecars.responses import read_labels
 from sidecars.runtime import ModelInstance, Runtime
+from sidecars.sequence import SequenceBatcher
+from sidecars.sequence_config import check_initial_states
 from sidecars.settings import ControlMode, SidecarSettings
-from sidecars.statistics import VersionStatistics
+from protos.statistics import VersionStatistics
 from sidecars.validation import Signature
 from sidecars.warmup import warm_up
 
@@ -48,7 +58,11 @@ class LoadedVersion:
         self.labels = {
             t.name: read_labels(str(model_dir / t.label_filename)) for t in config.output if t.label_filename
         }
-        self.batcher = DynamicBatcher(config, instances, self.stats)
+        self.batcher: DynamicBatcher | SequenceBatcher
+        if config.HasField("sequence_batching"):
+            self.batcher = SequenceBatcher(config, instances, self.stats, model_dir)
+        else:
+            self.batcher = DynamicBatcher(config, instances, self.stats)
 
     async def close(self) -> None:
         """Finish every request already queued or running, then release the instances."""
@@ -68,7 +82,8 @@ class ModelEntry:
     versions: dict[int, VersionSlot] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     uploaded: UploadedModel | None = None
-    fingerprint: tuple[tuple[str, int, int], ...] = ()
+    localized: LocalizedFolder | None = None  # the repository folder it was loaded from
+    fingerprint: Fingerprint = ()
 
 
 @dataclass(frozen=True)
@@ -97,17 +112,21 @@ class ModelManager:
 
     async def start(self) -> list[str]:
         """The start-up loads of the control mode; returns the failures' texts."""
-        folders = self.repository.scan()
-        replays: dict[str, mc.ModelConfig | None] = {}
+        scan = await asyncio.to_thread(self.repository.scan)
+        folders = scan.folders
+        # Loading "all models" fails when a repository could not be read (as Triton).
+        unread = list(scan.failures)
+        replays: dict[str, Replay] = {}
         if self.settings.model_control_mode is ControlMode.EXPLICIT:
             wanted = set(self.settings.load_models)
             names = sorted(folders) if "*" in wanted else sorted(wanted)
+            unread = unread if "*" in wanted else []
             # After a supervised restart, what clients had loaded comes back as they loaded it.
             replays = self.journal.entries()
         else:
             names = sorted(folders)
         everything = sorted(set(names) | set(replays))
-        loads = (self.load(name, replays.get(name)) for name in everything)
+        loads = (self.load(name, *_replayed(replays.get(name))) for name in everything)
         results = dict(zip(everything, await asyncio.gather(*loads, return_exceptions=True), strict=True))
         for name, result in results.items():
             if isinstance(result, BaseException) and name not in names:
@@ -115,7 +134,7 @@ class ModelManager:
                 # supervisor would restart it into the same failure); it is forgotten.
                 log.warning("could not load '%s' again after the restart: %s", name, result)
                 self.journal.unloaded(name)
-        return [str(r) for n, r in results.items() if isinstance(r, BaseException) and n in names]
+        return unread + [str(r) for n, r in results.items() if isinstance(r, BaseException) and n in names]
 
     async def poll_forever(self) -> None:
         """Poll mode: pick up added, changed and removed models every poll interval."""
@@ -124,14 +143,18 @@ class ModelManager:
             await self.poll_once()
 
     async def poll_once(self) -> None:
-        folders = self.repository.scan()
+        scan = await asyncio.to_thread(self.repository.scan)
+        folders = scan.folders
+        for failure in scan.failures:
+            log.error("%s", failure)
         tasks = []
         for name, folder in folders.items():
             entry = self.models.get(name)
             if entry is None or entry.fingerprint != folder.fingerprint:
                 tasks.append(self.load(name))
         for name, entry in list(self.models.items()):
-            if name not in folders and entry.uploaded is None:
+            # A repository that could not be read this time (a network blip) unloads nothing.
+            if name not in folders and entry.uploaded is None and not scan.failures:
                 tasks.append(self._forget(name))
         for result in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(result, BaseException):
@@ -153,18 +176,21 @@ class ModelManager:
         """Load or reload a model. New versions replace old ones only once all are ready,
         so requests keep being served during a reload."""
         uploaded = None
+        localized = None
         if files:
             if override is None:
                 raise invalid_arg(f"failed to load '{name}', config must be provided when model files are provided")
             uploaded = await asyncio.to_thread(UploadedModel, name, files)
-            folder, fingerprint = uploaded.path, tuple[tuple[str, int, int], ...]()
+            folder, fingerprint = uploaded.path, Fingerprint()
         else:
-            found = self.repository.find(name)
+            # Off the event loop: a remote repository is read over the network.
+            found = await asyncio.to_thread(self.repository.find, name)
             if found is None:
                 raise load_failure(name, "failed to poll from model repository")
             if found.duplicates:
                 raise load_failure(name, duplicate_failure(found))
-            folder, fingerprint = found.path, found.fingerprint
+            localized = await asyncio.to_thread(self.repository.localize, found)
+            folder, fingerprint = localized.path, found.fingerprint
         entry = self.models.setdefault(name, ModelEntry(name))
         async with entry.lock:
             try:
@@ -172,17 +198,19 @@ class ModelManager:
             except BaseException:
                 if uploaded is not None:
                     uploaded.remove()
+                if localized is not None:
+                    localized.release()
                 raise
             finally:
                 self.changed.set()
             entry.fingerprint = fingerprint
             if entry.uploaded is not None and entry.uploaded is not uploaded:
                 entry.uploaded.remove()
-            entry.uploaded = uploaded
-            if uploaded is None:
-                self.journal.loaded(name, override)
-            else:
-                self.journal.unloaded(name)  # uploaded files are gone after a restart
+            if entry.localized is not None:
+                entry.localized.release()  # a remote model's previous copy
+            entry.uploaded, entry.localized = uploaded, localized
+            # Off the loop: uploaded files are copied into the journal, to load again after a restart.
+            await asyncio.to_thread(self.journal.loaded, name, override, files if uploaded is not None else None)
 
     async def _load_versions(self, entry: ModelEntry, folder: Path, override: mc.ModelConfig | None) -> None:
         name = entry.name
@@ -259,6 +287,7 @@ class ModelManager:
         if self.settings.auto_complete_config:
             self.runtime.auto_complete(config, version_dir, self.settings.default_max_batch_size)
         check(config)
+        check_initial_states(config, version_dir.parent)
         return config, self.runtime.load(config, version_dir)
 
     async def unload(self, name: str) -> None:
@@ -280,6 +309,9 @@ class ModelManager:
             if entry.uploaded is not None:
                 entry.uploaded.remove()
                 entry.uploaded = None
+            if entry.localized is not None:
+                entry.localized.release()
+                entry.localized = None
 
     # -- lookups -------------------------------------------------------------------------
 
@@ -334,9 +366,9 @@ class ModelManager:
     def model_names(self) -> list[str]:
         return sorted(name for name, entry in self.models.items() if entry.versions)
 
-    def index(self, ready_only: bool) -> list[IndexEntry]:
+    async def index(self, ready_only: bool) -> list[IndexEntry]:
         """One entry per (model, version); models never loaded as their name alone."""
-        folders = self.repository.scan()
+        folders = (await asyncio.to_thread(self.repository.scan)).folders
         names = set(folders) | set(self.models)
         entries: list[IndexEntry] = []
         for name in sorted(names):
@@ -355,6 +387,11 @@ class ModelManager:
                     continue
                 entries.append(IndexEntry(name, str(version), slot.state.value, slot.reason))
         return entries
+
+
+def _replayed(replay: Replay | None) -> tuple[mc.ModelConfig | None, dict[str, bytes] | None]:
+    """load()'s override and files for a journal entry (none: the repository's model)."""
+    return (replay.override, replay.files) if replay is not None else (None, None)
 
 
 def parse_version(text: str) -> int:

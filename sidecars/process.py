@@ -8,8 +8,10 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 import sys
 import tempfile
+from dataclasses import dataclass
 
 import grpc
 
@@ -30,10 +32,43 @@ READY_LINE = "TURNOUT_SIDECAR_READY grpc={host}:{port} lane={lane} framework={fr
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-async def _start_lane(lane: LaneServer, settings: SidecarSettings) -> tuple[str, str | None]:
+@dataclass(frozen=True)
+class _Tls:
+    """--grpc-use-ssl[-mutual]: the gRPC port's credentials and the lane's context, from one
+    certificate; with mutual TLS both want a client certificate signed by --grpc-root-cert."""
+
+    credentials: grpc.ServerCredentials
+    context: ssl.SSLContext
+
+
+def _read_tls(settings: SidecarSettings) -> _Tls | None:
+    """What --grpc-use-ssl* say to serve with (None: plain text); raises OSError (ssl.SSLError
+    included) for certificate files that cannot be used."""
+    if not settings.grpc_use_ssl:
+        return None
+
+    def read(path: str) -> bytes:
+        with open(path, "rb") as file:
+            return file.read()
+
+    mutual = settings.grpc_use_ssl_mutual
+    root = read(settings.grpc_root_cert) if settings.grpc_root_cert else None
+    pair = (read(settings.grpc_server_key), read(settings.grpc_server_cert))
+    credentials = grpc.ssl_server_credentials([pair], root_certificates=root, require_client_auth=mutual)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(settings.grpc_server_cert, settings.grpc_server_key)
+    if mutual:
+        context.load_verify_locations(settings.grpc_root_cert)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return _Tls(credentials, context)
+
+
+async def _start_lane(lane: LaneServer, settings: SidecarSettings, tls: _Tls | None) -> tuple[str, str | None]:
     """Serve the infer lane as settings say; returns its address ("off" if none) and the
-    Unix socket's folder, to remove at exit."""
+    Unix socket's folder, to remove at exit. With TLS on, the lane is TLS too, a Unix one
+    included: the gateway then trusts one certificate for the whole hop."""
     mode = settings.lane
+    context = tls.context if tls is not None else None
     if mode == "auto":
         # A registered sidecar serves gateways on other hosts, which a Unix socket cannot.
         mode = "unix" if settings.host in _LOOPBACK and not settings.consul else "tcp"
@@ -42,13 +77,13 @@ async def _start_lane(lane: LaneServer, settings: SidecarSettings) -> tuple[str,
         # socket a killed predecessor left there is ours to replace.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(settings.lane_path)
-        return await lane.start_unix(settings.lane_path), None
+        return await lane.start_unix(settings.lane_path, context), None
     if mode == "unix":
         # A private folder: socket paths must stay short (108 bytes) and unguessable.
         folder = tempfile.mkdtemp(prefix="turnout-")
-        return await lane.start_unix(os.path.join(folder, "lane.sock")), folder
+        return await lane.start_unix(os.path.join(folder, "lane.sock"), context), folder
     if mode == "tcp":
-        return await lane.start_tcp(settings.host, settings.lane_port), None
+        return await lane.start_tcp(settings.host, settings.lane_port, context), None
     return "off", None
 
 
@@ -69,13 +104,19 @@ def _runtime(settings: SidecarSettings) -> Runtime | None:
 async def serve(settings: SidecarSettings) -> int:
     """Run until a stop signal; the exit status is 1 when a start-up load failed under
     --exit-on-error, else 0."""
+    try:
+        tls = _read_tls(settings)
+    except OSError as exc:
+        log.error("cannot serve TLS: %s", exc)
+        return 1
     runtime = _runtime(settings)
     if runtime is None:
         return 1
     manager = ModelManager(settings, runtime)
     server = grpc.aio.server(options=MESSAGE_SIZE_OPTIONS)
     service = add_services(server, manager, _log_settings(settings))
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    address = f"{settings.host}:{settings.port}"
+    port = server.add_secure_port(address, tls.credentials) if tls else server.add_insecure_port(address)
     await server.start()
 
     failures = await manager.start()
@@ -91,7 +132,7 @@ async def serve(settings: SidecarSettings) -> int:
     # inferences earlier would answer NOT_FOUND, where a refused connection tells the
     # gateway to retry or fail over.
     lane = LaneServer(service.infer_encoded)
-    lane_address, lane_folder = await _start_lane(lane, settings)
+    lane_address, lane_folder = await _start_lane(lane, settings, tls)
 
     # Only this coroutine, on the main thread's loop, installs signal handlers.
     stop = asyncio.Event()

@@ -1,6 +1,7 @@
 """The sidecar's entry in Consul: registration with its address, meta (framework, device,
-lane and metrics addresses, READY models and versions) and a gRPC health check, kept current on load and unload,
-and removed on graceful shutdown. Consul being away never stops the sidecar serving.
+lane and metrics addresses, whether it speaks TLS, READY models and versions) and a gRPC
+health check, kept current on load and unload, and removed on graceful shutdown. Consul
+being away never stops the sidecar serving.
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class ConsulRegistration:
 
     def definition(self) -> dict[str, Any]:
         meta = {"framework": self._settings.framework, "device": self._settings.device}
+        if self._settings.grpc_use_ssl:
+            # Gateways connect with TLS, to gRPC and the lane alike, only where this says so.
+            meta["tls"] = "true"
         if self._lane:
             meta["lane"] = self._lane
         if self._metrics:
@@ -89,6 +93,21 @@ class ConsulRegistration:
             meta["metrics_port"] = self._metrics.rpartition(":")[2]
         meta.update(models_meta(self._manager))
         target = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        check: dict[str, Any] = {
+            "CheckID": f"{self.service_id}-health",
+            "Name": "sidecar gRPC health",
+            "GRPC": f"{target}/{FLEET_HEALTH_SERVICE}",
+            "Interval": self._settings.consul_check_interval,
+            "Timeout": self._settings.consul_check_interval,
+            # Consul runs the first check only after an interval; start from what we know.
+            "Status": "critical" if self._manager.exiting else "passing",
+            "DeregisterCriticalServiceAfter": self._settings.consul_deregister_after,
+        }
+        if self._settings.grpc_use_ssl:
+            # The check asks whether we serve, not who we are (gateways verify that), so the
+            # agent need not trust our CA; with mutual TLS it must present a certificate
+            # our root signed (its own TLS settings).
+            check.update(GRPCUseTLS=True, TLSSkipVerify=True)
         return {
             "ID": self.service_id,
             "Name": self._settings.consul_service,
@@ -96,16 +115,7 @@ class ConsulRegistration:
             "Port": self.port,
             "Tags": [self._settings.framework],
             "Meta": meta,
-            "Check": {
-                "CheckID": f"{self.service_id}-health",
-                "Name": "sidecar gRPC health",
-                "GRPC": f"{target}/{FLEET_HEALTH_SERVICE}",
-                "Interval": self._settings.consul_check_interval,
-                "Timeout": self._settings.consul_check_interval,
-                # Consul runs the first check only after an interval; start from what we know.
-                "Status": "critical" if self._manager.exiting else "passing",
-                "DeregisterCriticalServiceAfter": self._settings.consul_deregister_after,
-            },
+            "Check": check,
         }
 
     async def _put(self, path: str, body: dict[str, Any] | None = None) -> None:

@@ -1,79 +1,155 @@
-"""The model repository as this sidecar sees it: its framework's model folders, their
-version folders after the version policy, and temporary folders for uploaded files."""
+"""The model repositories as this sidecar sees them: its framework's model folders in
+local folders and object stores (s3://, gs://), local copies of remote ones to load from,
+their version folders after the version policy, and temporary folders for uploaded files."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from protos import layout
 from protos import model_config_pb2 as mc
+from protos.remote import RemoteError, RemoteModel, RemoteRepository, is_remote, parse_location
 from sidecars.config import load_failure
+
+log = logging.getLogger(__name__)
+
+# (file relative to the model folder, modification time or object mark, size): for polling
+Fingerprint = tuple[tuple[str, int | str, int], ...]
 
 
 @dataclass(frozen=True)
 class ModelFolder:
-    """A model folder and a fingerprint that changes when its files do (for polling)."""
+    """A model folder, the repository it is in, and a fingerprint that changes when its files do."""
 
     name: str
+    repository: str  # as given: a local folder or an s3:// / gs:// URL
+    fingerprint: Fingerprint
+    duplicates: tuple[str, ...] = ()  # other repositories with the same name: the model cannot load
+
+
+@dataclass(frozen=True)
+class RepositoryScan:
+    """The model folders found, and why a repository could not be read (Triton's log text)."""
+
+    folders: dict[str, ModelFolder] = field(default_factory=dict)
+    failures: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LocalizedFolder:
+    """A model folder on local disk: a local repository's own, or a copy of a remote one
+    that `release` deletes (Triton loads remote models from a temporary copy too)."""
+
     path: Path
-    fingerprint: tuple[tuple[str, int, int], ...]
-    duplicates: tuple[Path, ...] = ()  # same name in other repositories: the model cannot load
+    copied: bool = False
+
+    def release(self) -> None:
+        if self.copied:
+            shutil.rmtree(self.path.parent, ignore_errors=True)
 
 
 class Repository:
-    """Reads one or more repository folders; only models of `framework` are ever listed."""
+    """Reads one or more repositories; only models of `framework` are ever listed."""
 
-    def __init__(self, roots: Sequence[Path], framework: str) -> None:
-        self.roots = tuple(roots)
+    def __init__(self, roots: Sequence[str], framework: str) -> None:
+        self.roots = tuple(root if is_remote(root) else str(Path(root)) for root in roots)
         self.framework = framework
+        self._remotes = {root: RemoteRepository(parse_location(root)) for root in self.roots if is_remote(root)}
 
-    def scan(self) -> dict[str, ModelFolder]:
-        """Every model folder of this framework, by name. Anything else is ignored."""
+    def scan(self) -> RepositoryScan:
+        """Every model folder of this framework, by name. Anything else is ignored; a
+        repository that cannot be read is reported, and the others still scanned."""
         found: dict[str, ModelFolder] = {}
+        failures = []
         for root in self.roots:
-            if not root.is_dir():
+            try:
+                folders = self._scan_remote(root) if root in self._remotes else self._scan_local(root)
+            except RemoteError as exc:
+                failures.append(f"failed to poll model repository '{root}': {exc}")
                 continue
-            for entry in sorted(root.iterdir()):
-                folder = self._folder(entry)
-                if folder is not None:
-                    found[folder.name] = _merge(found.get(folder.name), folder)
-        return found
+            for folder in folders:
+                found[folder.name] = _merge(found.get(folder.name), folder)
+        return RepositoryScan(found, tuple(failures))
 
     def find(self, name: str) -> ModelFolder | None:
+        """The model's folder, or None; raises Triton's load failure, with the reason, when
+        it is in no repository that could be read and some repository could not be."""
         if not name or "/" in name or name in (".", ".."):
             return None
         found: ModelFolder | None = None
+        failures = []
         for root in self.roots:
-            folder = self._folder(root / name)
+            remote = self._remotes.get(root)
+            try:
+                folder = self._remote_folder(root, remote.model(name)) if remote else self._folder(root, name)
+            except RemoteError as exc:
+                failures.append(f"failed to poll model repository '{root}' for model '{name}': {exc}")
+                continue
             if folder is not None:
                 found = _merge(found, folder)
+        for failure in failures:
+            log.error("%s", failure)
+        if found is None and failures:
+            raise load_failure(name, "failed to poll from model repository: " + "; ".join(failures))
         return found
 
-    def _folder(self, path: Path) -> ModelFolder | None:
+    def localize(self, folder: ModelFolder) -> LocalizedFolder:
+        """The folder to load from; a remote model's files are copied to a new temporary folder."""
+        remote = self._remotes.get(folder.repository)
+        if remote is None:
+            return LocalizedFolder(Path(folder.repository) / folder.name)
+        target = Path(tempfile.mkdtemp(prefix="turnout-remote-")) / folder.name
+        try:
+            remote.download(folder.name, (key for key, _, _ in folder.fingerprint), target)
+        except RemoteError as exc:
+            shutil.rmtree(target.parent, ignore_errors=True)
+            raise load_failure(folder.name, f"failed to poll from model repository: {exc}") from exc
+        except BaseException:
+            shutil.rmtree(target.parent, ignore_errors=True)
+            raise
+        return LocalizedFolder(target, copied=True)
+
+    def _scan_local(self, root: str) -> list[ModelFolder]:
+        if not Path(root).is_dir():
+            return []
+        return [f for entry in sorted(Path(root).iterdir()) if (f := self._folder(root, entry.name)) is not None]
+
+    def _scan_remote(self, root: str) -> list[ModelFolder]:
+        models = self._remotes[root].scan().values()
+        return [f for model in models if (f := self._remote_folder(root, model)) is not None]
+
+    def _folder(self, root: str, name: str) -> ModelFolder | None:
+        path = Path(root) / name
         try:
             if not path.is_dir() or layout.framework_of_model(path) != self.framework:
                 return None
-            return ModelFolder(path.name, path, _fingerprint(path))
+            return ModelFolder(name, root, _fingerprint(path))
         except OSError:
             return None  # a folder removed or unreadable mid-scan is not a model
+
+    def _remote_folder(self, root: str, model: RemoteModel | None) -> ModelFolder | None:
+        if model is None or model.framework != self.framework:
+            return None
+        return ModelFolder(model.name, root, tuple((f.key, f.mark, f.size) for f in model.files))
 
 
 def _merge(first: ModelFolder | None, another: ModelFolder) -> ModelFolder:
     if first is None:
         return another
-    return replace(first, duplicates=(*first.duplicates, another.path))
+    return replace(first, duplicates=(*first.duplicates, another.repository))
 
 
 def duplicate_failure(folder: ModelFolder) -> str:
-    places = ", ".join(str(p.parent) for p in (folder.path, *folder.duplicates))
+    places = ", ".join((folder.repository, *folder.duplicates))
     return f"model '{folder.name}' appears in more than one model repository ({places})"
 
 
-def _fingerprint(path: Path) -> tuple[tuple[str, int, int], ...]:
+def _fingerprint(path: Path) -> Fingerprint:
     marks = []
     for entry in sorted(path.rglob("*")):
         if entry.is_file():

@@ -21,6 +21,7 @@ RUNTIMES: dict[str, str] = {
     "onnxruntime": "sidecars.onnxruntime.runtime:OnnxRuntime",
     "pytorch": "sidecars.pytorch.runtime:TorchRuntime",
     "tensorrt": "sidecars.tensorrt.runtime:TensorrtRuntime",
+    "ensemble": "sidecars.ensemble.runtime:EnsembleRuntime",
 }
 
 Tensors = Mapping[str, np.ndarray]

@@ -31,6 +31,7 @@ SERVER_NAME = "triton"
 SERVER_VERSION = "2.73.0"
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -252,7 +253,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
     @rpc
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
         response = pb.RepositoryIndexResponse()
-        for entry in self.manager.index(request.ready):
+        for entry in await self.manager.index(request.ready):
             response.models.add(name=entry.name, version=entry.version, state=entry.state, reason=entry.reason)
         return response
 
@@ -283,7 +284,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: Any
     ) -> pb.RepositoryModelUnloadResponse:
-        # unload_dependents is accepted; a sidecar's models have no dependents (no ensembles).
+        # unload_dependents is accepted: the gateway unloads the ensembles that depend on a model.
         self._check_control(request.repository_name)
         await self.manager.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from pathlib import Path
 
 
 class ControlMode(enum.Enum):
@@ -18,7 +17,7 @@ class ControlMode(enum.Enum):
 @dataclass(frozen=True)
 class SidecarSettings:
     framework: str
-    model_repositories: tuple[Path, ...]
+    model_repositories: tuple[str, ...]  # local folders and s3:// / gs:// URLs
     host: str = "127.0.0.1"
     port: int = 0
     model_control_mode: ControlMode = ControlMode.NONE
@@ -48,3 +47,9 @@ class SidecarSettings:
     device: str = "cpu"  # advertised in the registration's meta
     consul_check_interval: str = "1s"
     consul_deregister_after: str = "1m"  # Consul drops an entry critical this long (its minimum is 1m)
+    # TLS on the gRPC port and the infer lane, named as the gateway's --grpc-use-ssl* (PEM file paths).
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False  # also require a client certificate signed by grpc_root_cert
+    grpc_server_cert: str = ""
+    grpc_server_key: str = ""
+    grpc_root_cert: str = ""

@@ -60,6 +60,19 @@ class RequestedOutput:
     class_count: int  # 0 = the tensor itself, k > 0 = top-k classification strings
 
 
+@dataclass(frozen=True)
+class SequenceFlags:
+    """A request's `sequence_id` (0 or "" when it gave none) and its START and END flags."""
+
+    id: int | str
+    start: bool
+    end: bool
+
+
+# Triton refuses longer string correlation ids when the request is built.
+MAX_STRING_SEQUENCE_ID = 128
+
+
 @dataclass
 class ValidRequest:
     """A request ready for the batcher: model-shaped inputs and what to send back."""
@@ -71,6 +84,7 @@ class ValidRequest:
     outputs: list[RequestedOutput]
     priority: int
     timeout_us: int | None
+    sequence: SequenceFlags | None = None
 
 
 def _shape_text(shape: Any) -> str:
@@ -191,7 +205,36 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     priority = _uint_parameter(parameters["priority"]) if "priority" in parameters else 0
     timeout = _uint_parameter(parameters["timeout"]) if "timeout" in parameters else None
     key.sort()
-    return ValidRequest(request.id, inputs, batch_size, tuple(key), outputs, priority, timeout)
+    sequence = _sequence_flags(parameters) if "sequence_id" in parameters or "sequence_start" in parameters else None
+    return ValidRequest(request.id, inputs, batch_size, tuple(key), outputs, priority, timeout, sequence)
+
+
+def _sequence_flags(parameters: Any) -> SequenceFlags:
+    """The sequence parameters with Triton's texts for wrong types; gRPC sends ids as
+    int64 or string, our HTTP front as uint64 when they do not fit an int64."""
+    sequence_id: int | str = 0
+    if "sequence_id" in parameters:
+        parameter = parameters["sequence_id"]
+        which = parameter.WhichOneof("parameter_choice")
+        if which == "string_param":
+            text: str = parameter.string_param
+            if len(text) > MAX_STRING_SEQUENCE_ID:
+                raise unsupported("string correlation ID cannot be longer than 128 characters")
+            sequence_id = text
+        elif which in ("int64_param", "uint64_param"):
+            sequence_id = getattr(parameter, which) % 2**64  # Triton reads an int64 id as uint64
+        else:
+            raise invalid_arg("invalid value type for 'sequence_id' parameter, expected int64_param or string_param.")
+    return SequenceFlags(sequence_id, _flag(parameters, "sequence_start"), _flag(parameters, "sequence_end"))
+
+
+def _flag(parameters: Any, key: str) -> bool:
+    if key not in parameters:
+        return False
+    parameter = parameters[key]
+    if parameter.WhichOneof("parameter_choice") != "bool_param":
+        raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
+    return bool(parameter.bool_param)
 
 
 def _no_data(name: str, model: str) -> TurnoutError:

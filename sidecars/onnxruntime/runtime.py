@@ -25,6 +25,7 @@ from sidecars.onnxruntime.providers import (
     place,
 )
 from sidecars.runtime import ModelInstance, Tensors, ThreadedInstance
+from sidecars.sequence_config import sequence_inputs, state_outputs
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class OnnxRuntime:
                     preload_gpu_libraries()
                 session = _open(path, options, placement.providers)
                 _warn_on_fallback(config.name, name, placement, session)
+                _check_sequence_controls(config, session)
                 instances.append(OnnxInstance(name, session, config))
         return instances
 
@@ -96,6 +98,16 @@ def _warn_on_fallback(model: str, instance: str, placement: Placement, session: 
             ", ".join(missing),
             ", ".join(used),
         )
+
+
+def _check_sequence_controls(config: mc.ModelConfig, session: ort.InferenceSession) -> None:
+    """Each control and state input the sequence batcher will feed must be a model input."""
+    provided = {tensor.name for tensor in session.get_inputs()}
+    for name, _ in sequence_inputs(config):
+        if name not in provided:
+            raise invalid_arg(
+                f"configuration specified sequence control '{name}', but model does not provide that input"
+            )
 
 
 def _model_path(config: mc.ModelConfig, version_dir: Path) -> Path:
@@ -140,8 +152,10 @@ class OnnxInstance(ThreadedInstance):
     def __init__(self, name: str, session: ort.InferenceSession, config: mc.ModelConfig) -> None:
         super().__init__(name)
         self._session = session
-        self._outputs = [output.name for output in config.output]
-        self._strings = {tensor.name for tensor in config.input if tensor.data_type == mc.TYPE_STRING}
+        # Implicit state outputs come back beside the config's, for the sequence batcher.
+        self._outputs = [output.name for output in config.output] + [name for name, _ in state_outputs(config)]
+        inputs = [(tensor.name, tensor.data_type) for tensor in config.input] + sequence_inputs(config)
+        self._strings = {name for name, data_type in inputs if data_type == mc.TYPE_STRING}
 
     def run(self, inputs: Tensors) -> dict[str, np.ndarray]:
         feed: dict[str, Any] = dict(inputs)

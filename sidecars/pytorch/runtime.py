@@ -20,6 +20,7 @@ from sidecars.config import model_file
 from sidecars.pytorch.naming import Argument, InputLayout, input_layout, output_indices
 from sidecars.pytorch.tensors import check_datatypes, to_numpy, to_torch
 from sidecars.runtime import ModelInstance, Tensors, ThreadedInstance
+from sidecars.sequence_config import sequence_inputs, state_outputs
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,9 @@ class TorchRuntime:
         try:
             for name, device in devices:
                 module, arguments = _load_module(config.name, path, device)
-                layout = input_layout(config.name, [t.name for t in config.input], arguments)
+                # The sequence batcher's controls and state inputs bind like config inputs, after them.
+                names = [t.name for t in config.input] + [name for name, _ in sequence_inputs(config)]
+                layout = input_layout(config.name, names, arguments)
                 instances.append(TorchInstance(name, module, device, layout, config, parameters))
         except BaseException:
             for instance in instances:
@@ -175,8 +178,8 @@ class TorchInstance(ThreadedInstance):
         self._module = module
         self._device = device
         self._layout = layout
-        self._outputs = [(t.name, t.data_type) for t in config.output]
-        self._indices = output_indices(config.name, [t.name for t in config.output])
+        self._outputs = [(t.name, t.data_type) for t in config.output] + state_outputs(config)
+        self._indices = output_indices(config.name, [name for name, _ in self._outputs])
         self._inference_mode = _bool_parameter(parameters, INFERENCE_MODE, True)
         self._optimized = not _bool_parameter(parameters, DISABLE_OPTIMIZED_EXECUTION, False)
         # Each GPU instance queues its work on a stream of its own, as Triton's backend.

@@ -1,18 +1,22 @@
 """Deadlines travel gateway -> sidecar: a request whose gRPC deadline passed, or whose
-client went away, leaves its sidecar queue and never runs (the lane's CANCEL frame);
+client (gRPC or HTTP) went away, leaves its sidecar queue and never runs (the lane's CANCEL frame);
 the `timeout` parameter keeps Triton's queue-policy semantics."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from harness import Server, turnout_up, write_repository
+from prometheus_client.parser import text_string_to_metric_families
 from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
 
@@ -64,6 +68,45 @@ def test_cancelled_call_is_dropped_from_the_queue(held: Server) -> None:
     asyncio.run(cancel_one())
     time.sleep(HELD_SECS + 0.7)
     assert _counts(held) == before
+
+
+def _canceled(server: Server) -> float:
+    """simple_held's nv_inference_request_failure{reason="CANCELED"} on the gateway's /metrics."""
+    text = httpx.get(f"http://{server.metrics}/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if family.name == "nv_inference_request_failure" and sample.labels == {
+                "model": "simple_held",
+                "version": "1",
+                "reason": "CANCELED",
+            }:
+                return sample.value
+    return 0.0
+
+
+def test_http_client_that_leaves_is_never_executed(held: Server) -> None:
+    a, b = simple_arrays()
+    before, canceled = _counts(held), _canceled(held)
+    inputs = [
+        {"name": name, "shape": list(x.shape), "datatype": "INT32", "data": x.flatten().tolist()}
+        for name, x in (("INPUT0", a), ("INPUT1", b))
+    ]
+    body = json.dumps({"inputs": inputs}).encode()
+    head = (
+        "POST /v2/models/simple_held/infer HTTP/1.1\r\nHost: turnout\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    host, _, port = held.http.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        client.sendall(head.encode() + body)
+        time.sleep(0.3)  # the request waits in simple_held's queue; its client hangs up
+    time.sleep(HELD_SECS + 0.7)
+    assert _counts(held) == before
+    assert _canceled(held) == canceled + 1
+    # The server keeps serving, and the model answers a client that waits.
+    with httpclient.InferenceServerClient(held.http, network_timeout=30) as waiting:
+        check_simple(waiting.infer("simple_held", http_inputs(a, b)), a, b)
+    assert _counts(held) == (before[0] + 1, before[1] + 1)
 
 
 def test_timeout_parameter_follows_the_queue_policy(held: Server) -> None:

@@ -4,6 +4,7 @@ requests with a clear error, and serves again once it continues."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import Server, make_models, turnout_up, write_repository
+from harness import Server, make_models, onnx_identity_bytes, turnout_up, write_repository
 from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
 
@@ -157,6 +158,40 @@ def test_restarted_sidecar_loads_again_what_clients_loaded(tmp_path: Path) -> No
         os.kill(second, signal.SIGKILL)
         _eventually(lambda: _restarted(server, second) and _holds(lambda: client.load_model("simple") or True))
         assert not client.is_model_ready("linear", "2")
+
+
+def test_restarted_sidecar_loads_again_the_files_clients_uploaded(tmp_path: Path) -> None:
+    repo = write_repository(tmp_path / "repo", ("simple",))
+    config = json.dumps(
+        {
+            "name": "uploaded",
+            "backend": "onnxruntime",
+            "max_batch_size": 8,
+            "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+        }
+    )
+    values = np.array([[1.5, -2.0, 3.25]], dtype=np.float32)
+    tensor = grpcclient.InferInput("INPUT0", [1, 3], "FP32")
+    tensor.set_data_from_numpy(values)
+    with (
+        turnout_up(repo, "--model-control-mode=explicit") as server,
+        grpcclient.InferenceServerClient(server.grpc) as client,
+    ):
+        client.load_model("uploaded", config=config, files={"file:1/model.onnx": onnx_identity_bytes(tmp_path)})
+        first = _sidecar(server)
+        os.kill(first, signal.SIGKILL)
+        _eventually(lambda: _restarted(server, first) and _holds(lambda: client.is_model_ready("uploaded")))
+        # Loaded again from the files the journal kept, with the config it was given.
+        np.testing.assert_array_equal(client.infer("uploaded", [tensor]).as_numpy("OUTPUT0"), values)
+        assert client.get_model_config("uploaded").config.max_batch_size == 8
+        # An unload forgets the files: after the next restart the model stays away.
+        client.unload_model("uploaded")
+        second = _sidecar(server)
+        os.kill(second, signal.SIGKILL)
+        _eventually(lambda: _restarted(server, second) and _holds(lambda: client.load_model("simple") or True))
+        assert not client.is_model_ready("uploaded")
+        assert "could not load 'uploaded' again" not in server.output()
 
 
 def _restarted(server: Server, before: int) -> bool:

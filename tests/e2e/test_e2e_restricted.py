@@ -14,6 +14,7 @@ import httpx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from harness import ROOT, Server, turnout_up, write_repository
 from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
@@ -125,6 +126,38 @@ def test_grpc_restricted_stream(restricted: Server) -> None:
         assert caught.value.details() == GRPC_REFUSED.format("infer-key")
     finally:
         channel.close()
+
+
+@pytest.fixture(scope="module")
+def health_restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    repo = write_repository(tmp_path_factory.mktemp("repo_health_restricted"), ("simple",))
+    with turnout_up(repo, "--grpc-restricted-protocol=health:health-key=health-value") as running:
+        yield running
+
+
+def test_grpc_standard_health_follows_the_health_group(health_restricted: Server) -> None:
+    # As Triton: grpc.health.v1 Check is in the `health` group, refused like ServerLive.
+    refused = GRPC_REFUSED.format("health-key")
+    allowed = (("triton-grpc-protocol-health-key", "health-value"),)
+    with grpc.insecure_channel(health_restricted.grpc) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for call in (
+            lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=10),
+            lambda: next(health.Watch(health_pb2.HealthCheckRequest(), timeout=10)),
+        ):
+            with pytest.raises(grpc.RpcError) as caught:
+                call()
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert caught.value.details() == refused
+        answer = health.Check(health_pb2.HealthCheckRequest(), metadata=allowed, timeout=10)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        watched = health.Watch(health_pb2.HealthCheckRequest(), metadata=allowed, timeout=10)
+        assert next(watched).status == health_pb2.HealthCheckResponse.SERVING
+        watched.cancel()
+    with grpcclient.InferenceServerClient(health_restricted.grpc) as client:
+        _grpc_refused(lambda: client.is_server_live(), "health-key")
+        assert client.is_server_ready(headers={"triton-grpc-protocol-health-key": "health-value"})
+        assert client.get_server_metadata().name == "triton"  # other groups stay open
 
 
 def test_restriction_specs() -> None:

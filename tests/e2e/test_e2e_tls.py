@@ -1,11 +1,11 @@
 """TLS: gRPC with a server certificate and optional mutual TLS (Triton's --grpc-use-ssl,
---grpc-use-ssl-mutual, --grpc-server-cert, --grpc-server-key, --grpc-root-cert), and
-HTTPS on the HTTP front. Certificates are made for each run with `cryptography`."""
+--grpc-use-ssl-mutual, --grpc-server-cert, --grpc-server-key, --grpc-root-cert), HTTPS
+on the HTTP front, and mutual TLS between `turnout up`'s gateway and its sidecars
+(--sidecar-ssl-*). Certificates are made for each run with `cryptography`."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
+import re
 import ssl
 import subprocess
 import sys
@@ -15,66 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 import tritonclient.grpc as grpcclient
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+import tritonclient.http as httpclient
 from harness import ROOT, Server, turnout_up, write_repository
-from simple_requests import check_simple, grpc_inputs, simple_arrays
+from pki import Pki
+from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _write(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> tuple[str, str]:
-    key_path, cert_path = path.with_suffix(".key"), path.with_suffix(".pem")
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return str(key_path), str(cert_path)
-
-
-def _certificate(
-    subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Certificate | None, signer: ec.EllipticCurvePrivateKey
-) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(issuer.subject if issuer else name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
-    )
-    if issuer is not None:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-    return builder.sign(signer, hashes.SHA256())
-
-
-class Pki:
-    """A throwaway CA, a server certificate for 127.0.0.1, and a client certificate."""
-
-    def __init__(self, folder: Path) -> None:
-        ca_key = _key()
-        ca = _certificate("turnout test CA", ca_key, None, ca_key)
-        _, self.ca = _write(folder / "ca", ca_key, ca)
-        server_key = _key()
-        self.server_key, self.server_cert = _write(
-            folder / "server", server_key, _certificate("127.0.0.1", server_key, ca, ca_key)
-        )
-        client_key = _key()
-        self.client_key, self.client_cert = _write(
-            folder / "client", client_key, _certificate("client", client_key, ca, ca_key)
-        )
 
 
 @pytest.fixture(scope="module")
@@ -134,10 +79,41 @@ def test_grpc_server_tls_without_client_certificates(tmp_path: Path, pki: Pki) -
         assert client.is_server_ready()
 
 
+def test_up_with_tls_to_its_sidecars(tmp_path: Path, pki: Pki) -> None:
+    # One certificate serves both ends of the hop: the sidecars present it and ask it back.
+    repo = write_repository(tmp_path / "repo", ("simple",))
+    a, b = simple_arrays()
+    with turnout_up(
+        repo,
+        f"--sidecar-ssl-root-cert={pki.ca}",
+        f"--sidecar-ssl-cert={pki.server_cert}",
+        f"--sidecar-ssl-key={pki.server_key}",
+    ) as server:
+        with grpcclient.InferenceServerClient(server.grpc) as client:
+            check_simple(client.infer("simple", grpc_inputs(a, b)), a, b)
+        with httpclient.InferenceServerClient(server.http) as client:
+            check_simple(client.infer("simple", http_inputs(a, b)), a, b)
+        found = re.search(r"onnxruntime sidecar ready on (\S+)", server.output())
+        assert found is not None, server.output()
+        # The sidecar speaks mutual TLS only.
+        plain = grpcclient.InferenceServerClient(found.group(1))
+        with plain, pytest.raises(InferenceServerException):
+            plain.is_server_live(client_timeout=5)
+        with grpcclient.InferenceServerClient(
+            found.group(1),
+            ssl=True,
+            root_certificates=pki.ca,
+            private_key=pki.client_key,
+            certificate_chain=pki.client_cert,
+        ) as direct:
+            assert direct.is_server_live()
+
+
 def test_tls_flags_are_checked(tmp_path: Path) -> None:
-    for flags in (
-        ["--grpc-use-ssl=true"],
-        ["--grpc-use-ssl-mutual=true", "--grpc-server-cert=x", "--grpc-server-key=y"],
+    for flags, named in (
+        (["--grpc-use-ssl=true"], "--grpc-use-ssl needs"),
+        (["--grpc-use-ssl-mutual=true", "--grpc-server-cert=x", "--grpc-server-key=y"], "--grpc-root-cert"),
+        (["--sidecar-ssl-cert=x"], "--sidecar-ssl-cert and --sidecar-ssl-key go together"),
     ):
         result = subprocess.run(
             [sys.executable, "-m", "gateway", "gateway", "--sidecar=onnxruntime=127.0.0.1:1", *flags],
@@ -147,4 +123,4 @@ def test_tls_flags_are_checked(tmp_path: Path) -> None:
             timeout=60,
         )
         assert result.returncode == 2, result.stderr
-        assert "--grpc" in result.stderr
+        assert named in result.stderr

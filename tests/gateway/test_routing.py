@@ -29,7 +29,7 @@ async def test_metadata_and_readiness(sidecars) -> None:
         assert (await stub.ServerReady(pb.ServerReadyRequest())).ready
         metadata = await stub.ServerMetadata(pb.ServerMetadataRequest())
         assert metadata.name == "triton" and metadata.version == "2.73.0"
-        assert "sequence" not in metadata.extensions and "system_shared_memory" in metadata.extensions
+        assert "sequence" in metadata.extensions and "system_shared_memory" in metadata.extensions
         assert (await stub.ModelReady(pb.ModelReadyRequest(name="torchy"))).ready
         assert not (await stub.ModelReady(pb.ModelReadyRequest(name="nope"))).ready
         assert (await stub.ModelMetadata(pb.ModelMetadataRequest(name="torchy"))).name == "torchy"

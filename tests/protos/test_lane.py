@@ -1,12 +1,16 @@
-"""The infer lane over a real Unix socket and a real TCP socket."""
+"""The infer lane over a real Unix socket and a real TCP socket, plain and with TLS."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
+import time
+from pathlib import Path
 
 import pytest
+from pki import Pki
 
-from protos.lane import LaneClient, LaneServer
+from protos.lane import TLS_HANDSHAKE_TIMEOUT_SECS, LaneClient, LaneServer
 from protos.status import Status, TurnoutError
 
 
@@ -23,14 +27,42 @@ async def _handler(view: memoryview, request_id: str) -> bytes:
     return payload[::-1]
 
 
-@pytest.fixture(params=["unix", "tcp"])
-async def lane(request: pytest.FixtureRequest, tmp_path):
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+def server_context(pki: Pki, mutual: bool) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki.server_cert, pki.server_key)
+    if mutual:
+        context.load_verify_locations(pki.ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def client_context(pki: Pki, certificate: bool = True) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=pki.ca)
+    if certificate:
+        context.load_cert_chain(pki.client_cert, pki.client_key)
+    return context
+
+
+async def start(server: LaneServer, kind: str, folder: Path, tls: ssl.SSLContext | None = None) -> str:
+    if kind == "unix":
+        return await server.start_unix(str(folder / "lane.sock"), tls)
+    return await server.start_tcp("127.0.0.1", 0, tls)
+
+
+@pytest.fixture(params=["unix", "tcp", "unix+mtls", "tcp+mtls"])
+async def lane(request: pytest.FixtureRequest, tmp_path, pki):
+    kind, _, tls = request.param.partition("+")
     server = LaneServer(_handler)
-    if request.param == "unix":
-        address = await server.start_unix(str(tmp_path / "lane.sock"))
+    if tls:
+        address = await start(server, kind, tmp_path, server_context(pki, mutual=True))
+        client = LaneClient(address, client_context(pki), "127.0.0.1")
     else:
-        address = await server.start_tcp("127.0.0.1", 0)
-    client = LaneClient(address)
+        client = LaneClient(await start(server, kind, tmp_path))
     yield server, client
     client.close()
     server.stop_accepting()
@@ -84,3 +116,66 @@ async def test_unreachable_sidecar_is_unavailable(tmp_path) -> None:
     with pytest.raises(TurnoutError) as caught:
         await client.call(b"x")
     assert caught.value.status is Status.UNAVAILABLE
+
+
+@pytest.mark.parametrize("kind", ["unix", "tcp"])
+async def test_mutual_tls_refuses_a_client_without_a_certificate(tmp_path, pki, kind) -> None:
+    server = LaneServer(_handler)
+    client = LaneClient(
+        await start(server, kind, tmp_path, server_context(pki, mutual=True)), client_context(pki, False)
+    )
+    try:
+        # TLS 1.3 finishes the client's side of the handshake first; the refusal ends the
+        # connection under the request.
+        with pytest.raises(TurnoutError) as caught:
+            await client.call(b"x")
+        assert caught.value.status is Status.UNAVAILABLE
+        assert caught.value.message.startswith("connection to sidecar lost")
+        welcome = LaneClient(client.address, client_context(pki))
+        assert await welcome.call(b"x") == b"x"
+        welcome.close()
+    finally:
+        client.close()
+        server.stop_accepting()
+
+
+async def test_a_certificate_from_another_ca_fails_the_handshake(tmp_path, pki, tmp_path_factory) -> None:
+    other = Pki(tmp_path_factory.mktemp("other_pki"))
+    server = LaneServer(_handler)
+    client = LaneClient(await start(server, "tcp", tmp_path, server_context(other, mutual=False)), client_context(pki))
+    try:
+        with pytest.raises(TurnoutError) as caught:
+            await client.call(b"x")
+        assert caught.value.status is Status.UNAVAILABLE
+        assert "TLS handshake with the sidecar at" in caught.value.message
+        assert "CERTIFICATE_VERIFY_FAILED" in caught.value.message
+        assert isinstance(caught.value.__cause__, ssl.SSLError)  # the connect failed: a replica may retry it
+    finally:
+        client.close()
+        server.stop_accepting()
+
+
+async def test_a_plain_client_gets_no_answer_from_a_tls_lane(tmp_path, pki) -> None:
+    server = LaneServer(_handler)
+    client = LaneClient(await start(server, "unix", tmp_path, server_context(pki, mutual=False)))
+    try:
+        with pytest.raises(TurnoutError) as caught:
+            await asyncio.wait_for(client.call(b"x"), 10)
+        assert caught.value.message.startswith("connection to sidecar lost")
+    finally:
+        client.close()
+        server.stop_accepting()
+
+
+async def test_a_tls_client_of_a_plain_lane_gives_up_after_the_handshake_timeout(tmp_path, pki) -> None:
+    server = LaneServer(_handler)
+    client = LaneClient(await start(server, "tcp", tmp_path), client_context(pki))
+    started = time.monotonic()
+    try:
+        with pytest.raises(TurnoutError) as caught:
+            await client.call(b"x")
+        assert caught.value.message.endswith("did not answer the TLS handshake; does it serve TLS?")
+        assert time.monotonic() - started < TLS_HANDSHAKE_TIMEOUT_SECS + 3
+    finally:
+        client.close()
+        server.stop_accepting()

@@ -1,0 +1,348 @@
+"""Ensembles, run by the gateway: each step goes through the normal dispatch path to the
+sidecar that owns its model, steps whose inputs are ready run concurrently, and tensors
+move between steps as the raw bytes the sidecars answered, never decoded.
+
+The ensemble sidecar owns the configs (metadata, index, load, unload); the gateway
+keeps the ensembles' inference statistics, since only it sees their requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from gateway.dispatch import Dispatcher, RequestContext
+from gateway.ensemble_plan import Plan, Step, build_plan, check_step_configs
+from gateway.registry import ModelRegistry
+from protos import codec
+from protos import grpc_service_pb2 as pb
+from protos import model_config_pb2 as mc
+from protos.datatypes import from_name
+from protos.statistics import BatchTimes, VersionStatistics
+from protos.status import TurnoutError, invalid_arg, not_found, unsupported
+
+ENSEMBLE_FRAMEWORK = "ensemble"
+CLASSIFICATION = "classification"
+# Plans are rebuilt after this long, so configs that changed without a load through this
+# gateway (poll mode, another gateway of a fleet) are picked up.
+PLAN_LIFETIME_SECS = 5.0
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An ensemble tensor in flight: raw protocol bytes with their datatype and shape."""
+
+    datatype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+
+class Ensembles:
+    """Runs the ensembles the ensemble sidecar serves, and keeps their statistics."""
+
+    def __init__(self, registry: ModelRegistry, dispatcher: Dispatcher) -> None:
+        self._registry = registry
+        self._dispatcher = dispatcher
+        self._plans: dict[tuple[str, str], tuple[Plan, float]] = {}  # plan, built at (monotonic)
+        # Triton's counters for an ensemble: a request is one execution whose compute time is the
+        # span of its steps (their own queue and compute times are in their models' statistics).
+        self._statistics: dict[tuple[str, str], VersionStatistics] = {}
+
+    def runs(self, model: str) -> bool:
+        """Whether `model` is an ensemble (one dictionary lookup: this is on every request's path)."""
+        owner = self._registry.owner(model)
+        return owner is not None and owner.framework == ENSEMBLE_FRAMEWORK
+
+    def forget_plans(self) -> None:
+        """Drop every plan: after a load or unload, ensemble or step configs may differ."""
+        self._plans.clear()
+
+    def statistics(self) -> list[pb.ModelStatistics]:
+        """Every ensemble version's counters, for the metrics scrape."""
+        answers = []
+        for (model, version), stats in sorted(self._statistics.items()):
+            entry = pb.ModelStatistics(name=model, version=version)
+            stats.fill(entry)
+            answers.append(entry)
+        return answers
+
+    async def dependents(self, model: str) -> list[str]:
+        """The loaded ensembles that have a step running `model` (Triton's dependents)."""
+        found: set[str] = set()
+        for client in self._registry.sidecars:
+            if client.framework != ENSEMBLE_FRAMEWORK:
+                continue
+            index = await client.call(
+                "RepositoryIndex", pb.RepositoryIndexRequest(ready=True), pb.RepositoryIndexResponse
+            )
+            for entry in index.models:
+                request = pb.ModelConfigRequest(name=entry.name, version=entry.version)
+                config = (await client.call("ModelConfig", request, pb.ModelConfigResponse)).config
+                if any(step.model_name == model for step in config.ensemble_scheduling.step):
+                    found.add(entry.name)
+        return sorted(found)
+
+    async def composing_models(self, model: str) -> list[str]:
+        """The step models of a loaded ensemble's newest version, in step order."""
+        owner = await self._registry.find(model)
+        if owner is None:
+            return []
+        config = (await owner.call("ModelConfig", pb.ModelConfigRequest(name=model), pb.ModelConfigResponse)).config
+        return list(dict.fromkeys(step.model_name for step in config.ensemble_scheduling.step))
+
+    def fill_statistics(self, response: pb.ModelStatisticsResponse) -> None:
+        """Put the gateway's counters into the entries of ensembles in a sidecars' answer."""
+        for entry in response.model_stats:
+            stats = self._statistics.get((entry.name, entry.version))
+            if stats is not None:
+                stats.fill(entry)
+
+    async def infer(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:
+        """Run an ensemble; `request` has no shared-memory tensors left. Returns a
+        serialized ModelInferResponse with the requested (else all) ensemble outputs."""
+        started = time.perf_counter_ns()
+        plan = await self._plan(request.model_name, version)
+        stats = self._statistics.setdefault((plan.name, plan.version), VersionStatistics())
+        try:
+            tensors, batch_size = _request_tensors(request, plan)
+            wanted = _wanted_outputs(request, plan)
+            queued_ns = time.perf_counter_ns() - started
+            await self._run_steps(plan, request, tensors, wanted, context)
+            response = _response(request, plan, tensors, wanted)
+        except (TurnoutError, asyncio.CancelledError):
+            stats.record_failure(time.perf_counter_ns() - started)
+            raise
+        total_ns = time.perf_counter_ns() - started
+        times = BatchTimes(batch_size, 0, total_ns - queued_ns, 0)  # no tensors to copy in or out
+        stats.record_batch(times)
+        stats.record_success(total_ns, queued_ns, times)
+        return response
+
+    # --- plans ------------------------------------------------------------------------
+
+    async def _plan(self, model: str, version: str) -> Plan:
+        owner = self._registry.owner(model)
+        if owner is None:
+            raise not_found(f"Request for unknown model: '{model}' is not found")
+        if not version:
+            version = self._newest_version(model)
+        if not version:  # the registry does not know the READY versions (poll mode): ask
+            asked = pb.ModelMetadataRequest(name=model)
+            metadata = await owner.call("ModelMetadata", asked, pb.ModelMetadataResponse)
+            version = str(max(int(v) for v in metadata.versions))
+        cached = self._plans.get((model, version))
+        if cached is not None and time.monotonic() - cached[1] < PLAN_LIFETIME_SECS:
+            return cached[0]
+        config_request = pb.ModelConfigRequest(name=model, version=version)
+        config = (await owner.call("ModelConfig", config_request, pb.ModelConfigResponse)).config
+        steps = await asyncio.gather(*(self._step_config(model, step) for step in config.ensemble_scheduling.step))
+        check_step_configs(config, steps)
+        plan = build_plan(config, version)
+        self._plans[(model, version)] = (plan, time.monotonic())
+        return plan
+
+    def _newest_version(self, model: str) -> str:
+        ready = self._registry.ready_versions(model)
+        return str(max(int(v) for v in ready)) if ready else ""
+
+    async def _step_config(self, ensemble: str, step: mc.ModelEnsembling.Step) -> mc.ModelConfig:
+        """The step model's complete config. A model no sidecar lists fails as Triton
+        fails such an ensemble's load; one listed but not loaded fails as its step would."""
+        owner = await self._registry.find(step.model_name)
+        if owner is None:
+            raise invalid_arg(f"ensemble '{ensemble}' depends on '{step.model_name}' which has no loaded version.")
+        version = "" if step.model_version < 0 else str(step.model_version)
+        request = pb.ModelConfigRequest(name=step.model_name, version=version)
+        try:
+            return (await owner.call("ModelConfig", request, pb.ModelConfigResponse)).config
+        except TurnoutError as exc:
+            raise in_ensemble(ensemble, exc) from exc
+
+    # --- running ----------------------------------------------------------------------
+
+    async def _run_steps(
+        self,
+        plan: Plan,
+        request: pb.ModelInferRequest,
+        tensors: dict[str, Tensor],
+        wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
+        context: RequestContext,
+    ) -> None:
+        """Start every step whose inputs exist, as soon as they do; the first step
+        that fails fails the ensemble, and the steps still running are cancelled."""
+        # An optional ensemble input the request leaves out is left out of its steps too.
+        absent = {name for name, spec in plan.inputs.items() if spec.optional and name not in tensors}
+        waiting = list(plan.steps)
+        running: set[asyncio.Task[dict[str, Tensor]]] = set()
+        try:
+            while waiting or running:
+                for step in [s for s in waiting if all(t in tensors or t in absent for _, t in s.inputs)]:
+                    waiting.remove(step)
+                    running.add(asyncio.create_task(self._run_step(plan, step, request, tensors, wanted, context)))
+                if not running:
+                    raise _deadlock(plan, request)
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    tensors.update(task.result())
+        finally:
+            for task in running:
+                task.cancel()
+
+    async def _run_step(
+        self,
+        plan: Plan,
+        step: Step,
+        request: pb.ModelInferRequest,
+        tensors: dict[str, Tensor],
+        wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
+        context: RequestContext,
+    ) -> dict[str, Tensor]:
+        forward = pb.ModelInferRequest(model_name=step.model, id=request.id)
+        for key, value in request.parameters.items():
+            forward.parameters[key].CopyFrom(value)
+        for model_input, tensor_name in step.inputs:
+            tensor = tensors.get(tensor_name)
+            if tensor is None:
+                continue  # an optional input the request left out
+            forward.inputs.add(name=model_input, datatype=tensor.datatype, shape=tensor.shape)
+            forward.raw_input_contents.append(tensor.data)
+        for model_output, output_tensor in step.outputs:
+            output = forward.outputs.add(name=model_output)
+            # Classification of an ensemble output is asked of the step that computes it.
+            asked = wanted.get(output_tensor)
+            if asked is not None and CLASSIFICATION in asked.parameters:
+                output.parameters[CLASSIFICATION].CopyFrom(asked.parameters[CLASSIFICATION])
+        version = step.version or self._dispatcher.decide(step.model, "", context).version
+        forward.model_version = version
+        try:
+            encoded = await self._dispatcher.send(step.model, version, forward.SerializeToString(), context)
+        except TurnoutError as exc:
+            raise in_ensemble(plan.name, exc) from exc
+        response = pb.ModelInferResponse.FromString(encoded)
+        produced = dict(step.outputs)
+        raw = response.raw_output_contents
+        results: dict[str, Tensor] = {}
+        for index, output in enumerate(response.outputs):
+            produced_as = produced.get(output.name)
+            if produced_as is not None:
+                data = raw[index] if index < len(raw) else b""
+                results[produced_as] = Tensor(output.datatype, tuple(output.shape), data)
+        return results
+
+
+def in_ensemble(ensemble: str, error: TurnoutError) -> TurnoutError:
+    """A step's error as Triton words it: the ensemble's name before the step model's text."""
+    return TurnoutError(error.status, f"in ensemble '{ensemble}', {error.message}")
+
+
+def _request_tensors(request: pb.ModelInferRequest, plan: Plan) -> tuple[dict[str, Tensor], int]:
+    """The ensemble's inputs as raw tensors, with Triton's texts for inputs the ensemble
+    does not take or lacks; typed `contents` are encoded once, here. Shapes and byte
+    sizes are left to the steps' sidecars, which word those errors."""
+    model = plan.name
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    given = [t.name for t in request.inputs]
+    required = [name for name, spec in plan.inputs.items() if not spec.optional]
+    missing = [name for name in required if name not in given]
+    if missing:
+        if len(required) == len(plan.inputs):
+            expected = f"expected {len(required)} inputs"
+        else:
+            expected = f"expected number of inputs between {len(required)} and {len(plan.inputs)}"
+        raise invalid_arg(
+            f"{prefix}{expected} but got {len(given)} inputs for model '{model}'. Got input(s) {_names(given)}, "
+            f"but missing required input(s) {_names(missing)}. Please provide all required input(s)."
+        )
+    tensors: dict[str, Tensor] = {}
+    raw = request.raw_input_contents
+    next_raw = 0
+    batch_size = 1
+    for tensor in request.inputs:
+        spec = plan.inputs.get(tensor.name)
+        if spec is None:
+            raise invalid_arg(f"unexpected inference input '{tensor.name}' for model '{model}'")
+        if tensor.datatype != spec.datatype:
+            raise invalid_arg(
+                f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                f"but model '{model}' expects '{spec.datatype}'"
+            )
+        shape = tuple(tensor.shape)
+        if plan.max_batch_size > 0 and shape:
+            batch_size = shape[0]
+            if batch_size > plan.max_batch_size:
+                raise invalid_arg(
+                    f"{prefix}inference request batch-size must be <= {plan.max_batch_size} for '{model}'"
+                )
+        if tensor.HasField("contents"):
+            data = _encode_contents(tensor, model)
+        elif next_raw < len(raw):
+            data = raw[next_raw]
+            next_raw += 1
+        else:
+            raise invalid_arg(f"unable to find data for input tensor '{tensor.name}' for model '{model}' in request.")
+        tensors[tensor.name] = Tensor(tensor.datatype, shape, data)
+    return tensors, batch_size
+
+
+def _encode_contents(tensor: pb.ModelInferRequest.InferInputTensor, model: str) -> bytes:
+    datatype = from_name(tensor.datatype)
+    if datatype is None or datatype.contents_field is None:
+        raise invalid_arg(f"invalid datatype '{tensor.datatype}' of input '{tensor.name}' for model '{model}'")
+    values = getattr(tensor.contents, datatype.contents_field)
+    try:
+        return codec.to_raw(codec.from_contents(values, datatype, tensor.shape), datatype)
+    except codec.CodecError as exc:
+        raise invalid_arg(
+            f"unexpected number of elements for input '{tensor.name}' for model '{model}': {exc}"
+        ) from exc
+
+
+def _wanted_outputs(
+    request: pb.ModelInferRequest, plan: Plan
+) -> dict[str, pb.ModelInferRequest.InferRequestedOutputTensor]:
+    """The outputs to answer, by name, in answer order: those requested, else all."""
+    if not request.outputs:
+        return {name: pb.ModelInferRequest.InferRequestedOutputTensor(name=name) for name in plan.outputs}
+    wanted = {}
+    for output in request.outputs:
+        if output.name not in plan.outputs:
+            raise invalid_arg(f"unexpected inference output '{output.name}' for model '{plan.name}'")
+        if CLASSIFICATION in output.parameters and output.name in plan.consumed:
+            # The step that computes it classifies it, and a later step would get the classes.
+            raise unsupported(
+                f"classification of output '{output.name}' of ensemble '{plan.name}', which a step consumes, "
+                "is not supported"
+            )
+        wanted[output.name] = output
+    return wanted
+
+
+def _response(
+    request: pb.ModelInferRequest,
+    plan: Plan,
+    tensors: dict[str, Tensor],
+    wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
+) -> bytes:
+    response = pb.ModelInferResponse(model_name=plan.name, model_version=plan.version, id=request.id)
+    for name in wanted:
+        tensor = tensors.get(name)
+        if tensor is None:  # a step answered without an output its map names
+            raise _deadlock(plan, request)
+        response.outputs.add(name=name, datatype=tensor.datatype, shape=tensor.shape)
+        response.raw_output_contents.append(tensor.data)
+    encoded: bytes = response.SerializeToString()
+    return encoded
+
+
+def _deadlock(plan: Plan, request: pb.ModelInferRequest) -> TurnoutError:
+    """Triton's text for an ensemble whose steps ended without writing every output."""
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    return invalid_arg(
+        f"in ensemble '{plan.name}', {prefix}unexpected deadlock, at least one output is not set "
+        "while no more ensemble steps can be made"
+    )
+
+
+def _names(names: list[str]) -> str:
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"

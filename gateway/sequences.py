@@ -1,0 +1,139 @@
+"""Sequence pinning: every request of a stateful model's sequence goes to the replica and
+version that took its START, since only that replica holds the sequence's slot and state.
+
+A pin is set when the START request leaves, before any await, so the sequence's next
+requests (a stream sends them without waiting) find it; it goes with the END request,
+or once the sequence has been idle longer than the model's max_sequence_idle_microseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.upstream import SidecarClient
+from protos import grpc_service_pb2 as pb
+from protos.status import TurnoutError
+
+logger = logging.getLogger(__name__)
+
+# Until a model's own idle time is known (it is asked for at its first START), pins
+# last Triton's default; the sidecar's own timeout decides either way.
+DEFAULT_IDLE_SECS = 1.0
+# A pin outlives the sidecar's idle timeout a little, so a late request still reaches
+# the replica that timed the sequence out and gets Triton's answer from it.
+PIN_GRACE_SECS = 1.0
+CONFIG_TIMEOUT_SECS = 5.0
+
+
+@dataclass(frozen=True)
+class SequenceFlags:
+    """A request's non-zero `sequence_id` and its START and END flags."""
+
+    id: int | str
+    start: bool
+    end: bool
+
+
+def sequence_of(request: pb.ModelInferRequest) -> SequenceFlags | None:
+    """The request's sequence, or None for requests outside one (no or zero id, or an id
+    of the wrong type, which the sidecar answers with Triton's text). Costs one empty-map
+    check for requests without parameters."""
+    parameters = request.parameters
+    if not parameters or "sequence_id" not in parameters:
+        return None
+    parameter = parameters["sequence_id"]
+    which = parameter.WhichOneof("parameter_choice")
+    sequence_id: int | str
+    if which == "string_param":
+        sequence_id = parameter.string_param
+    elif which in ("int64_param", "uint64_param"):
+        sequence_id = getattr(parameter, which) % 2**64
+    else:
+        return None
+    if sequence_id in (0, ""):
+        return None
+    return SequenceFlags(sequence_id, _flag(parameters, "sequence_start"), _flag(parameters, "sequence_end"))
+
+
+def _flag(parameters: Any, key: str) -> bool:
+    return key in parameters and bool(parameters[key].bool_param)
+
+
+@dataclass
+class Pin:
+    version: str  # "" only when no READY version was known at START
+    replica: SidecarClient
+    expires: float  # time.monotonic()
+
+
+class SequencePins:
+    """(model, sequence id) -> (version, replica); changed on the event loop thread only."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._pins: OrderedDict[tuple[str, int | str], Pin] = OrderedDict()  # least recently used first
+        self._idle_secs: dict[str, float] = {}
+        self._lookups: dict[str, asyncio.Task[None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._pins)
+
+    def get(self, model: str, sequence: SequenceFlags) -> Pin | None:
+        """The live pin of a sequence; using it keeps it alive."""
+        key = (model, sequence.id)
+        pin = self._pins.get(key)
+        if pin is None:
+            return None
+        now = self._clock()
+        if pin.expires <= now:
+            del self._pins[key]
+            return None
+        pin.expires = now + self._lifetime(model)
+        self._pins.move_to_end(key)
+        return pin
+
+    def bind(self, model: str, sequence: SequenceFlags, version: str, replica: SidecarClient) -> None:
+        """Pin a starting sequence (again, when its START fails over to another replica)."""
+        self._drop_expired()
+        key = (model, sequence.id)
+        self._pins[key] = Pin(version, replica, self._clock() + self._lifetime(model))
+        self._pins.move_to_end(key)
+        if model not in self._idle_secs and model not in self._lookups:
+            task = asyncio.get_running_loop().create_task(self._learn_idle(model, version, replica))
+            self._lookups[model] = task
+
+    def end(self, model: str, sequence: SequenceFlags) -> None:
+        self._pins.pop((model, sequence.id), None)
+
+    def _lifetime(self, model: str) -> float:
+        return self._idle_secs.get(model, DEFAULT_IDLE_SECS) + PIN_GRACE_SECS
+
+    def _drop_expired(self) -> None:
+        now = self._clock()
+        while self._pins:
+            key, pin = next(iter(self._pins.items()))
+            if pin.expires > now:
+                return
+            del self._pins[key]
+
+    async def _learn_idle(self, model: str, version: str, replica: SidecarClient) -> None:
+        try:
+            request = pb.ModelConfigRequest(name=model, version=version)
+            answer = await replica.call("ModelConfig", request, pb.ModelConfigResponse, timeout=CONFIG_TIMEOUT_SECS)
+            idle_us = answer.config.sequence_batching.max_sequence_idle_microseconds
+            self._idle_secs[model] = idle_us / 1e6 if idle_us else DEFAULT_IDLE_SECS
+        except TurnoutError as exc:
+            logger.warning(
+                "idle time of sequence model '%s' unknown (%s); pins last %.1fs",
+                model,
+                exc.message,
+                DEFAULT_IDLE_SECS + PIN_GRACE_SECS,
+            )
+        finally:
+            self._lookups.pop(model, None)

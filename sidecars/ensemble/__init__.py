@@ -1,0 +1,1 @@
+"""The ensemble framework of the sidecar: configs only; the gateway runs the steps."""
