@@ -1,7 +1,9 @@
-# The ONNX Runtime sidecar image. EXTRA=onnxruntime (CPU, the default) or onnxruntime-gpu.
+# The ONNX Runtime sidecar image. EXTRA=onnxruntime (CPU, the default) or onnxruntime-gpu;
+# STORAGE: the object-store extras, so s3:// and gs:// repositories work (empty for none).
 # Build from the repository root: docker build -f compose/onnxruntime.Dockerfile .
 FROM python:3.11-slim AS build
 ARG EXTRA=onnxruntime
+ARG STORAGE=s3,gcs
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/turnout
 WORKDIR /src
@@ -9,7 +11,7 @@ COPY pyproject.toml README.md ./
 COPY protos protos
 COPY gateway gateway
 COPY sidecars sidecars
-RUN /opt/turnout/bin/pip install ".[${EXTRA}]"
+RUN /opt/turnout/bin/pip install ".[${EXTRA}${STORAGE:+,$STORAGE}]"
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin turnout

@@ -1,9 +1,11 @@
 # The PyTorch sidecar image, with torch pinned by constraints.txt (the CPU build).
 # PyPI serves only CUDA builds of torch: pass TORCH_INDEX_URL (PyTorch's CPU wheel index)
-# for the CPU wheel, or its CUDA index for a GPU image.
+# for the CPU wheel, or its CUDA index for a GPU image. STORAGE: the object-store extras,
+# so s3:// and gs:// repositories work (empty for none).
 # Build from the repository root: docker build -f compose/pytorch.Dockerfile .
 FROM python:3.11-slim AS build
 ARG TORCH_INDEX_URL=""
+ARG STORAGE=s3,gcs
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/turnout
 WORKDIR /src
@@ -11,7 +13,7 @@ COPY pyproject.toml README.md constraints.txt ./
 COPY protos protos
 COPY gateway gateway
 COPY sidecars sidecars
-RUN /opt/turnout/bin/pip install -c constraints.txt ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} ".[pytorch]"
+RUN /opt/turnout/bin/pip install -c constraints.txt ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} ".[pytorch${STORAGE:+,$STORAGE}]"
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin turnout

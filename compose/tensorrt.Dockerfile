@@ -1,6 +1,8 @@
 # The TensorRT sidecar image (needs an NVIDIA GPU and the NVIDIA container toolkit).
+# STORAGE: the object-store extras, so s3:// and gs:// repositories work (empty for none).
 # Build from the repository root: docker build -f compose/tensorrt.Dockerfile .
 FROM python:3.11-slim AS build
+ARG STORAGE=s3,gcs
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/turnout
 WORKDIR /src
@@ -8,7 +10,7 @@ COPY pyproject.toml README.md ./
 COPY protos protos
 COPY gateway gateway
 COPY sidecars sidecars
-RUN /opt/turnout/bin/pip install ".[tensorrt]"
+RUN /opt/turnout/bin/pip install ".[tensorrt${STORAGE:+,$STORAGE}]"
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin turnout
