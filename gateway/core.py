@@ -365,12 +365,14 @@ class Gateway:
             await self._load_composing_models(request.model_name)
 
     async def _load_composing_models(self, ensemble: str) -> None:
-        """As Triton, loading an ensemble loads its step models that are not loaded; when
-        one fails, the ensemble is unloaded again and the step's failure answers."""
+        """As Triton, loading an ensemble loads its step models that are not loaded and
+        checks its steps against them; when either fails, the ensemble is unloaded again
+        and the failure answers."""
         try:
             for model in await self.ensembles.composing_models(ensemble):
                 if not await self.model_ready(pb.ModelReadyRequest(name=model)):
                     await self.load_model(pb.RepositoryModelLoadRequest(model_name=model))
+            await self.ensembles.check(ensemble)
         except TurnoutError:
             await self.unload_model(pb.RepositoryModelUnloadRequest(model_name=ensemble))
             raise

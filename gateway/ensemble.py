@@ -91,6 +91,12 @@ class Ensembles:
         config = (await owner.call("ModelConfig", pb.ModelConfigRequest(name=model), pb.ModelConfigResponse)).config
         return list(dict.fromkeys(step.model_name for step in config.ensemble_scheduling.step))
 
+    async def check(self, model: str) -> None:
+        """Build the newest version's plan now, so step maps that contradict their models
+        fail the ensemble's load, as in Triton, rather than its first request."""
+        self._plans.pop((model, self._newest_version(model)), None)
+        await self._plan(model, "")
+
     def fill_statistics(self, response: pb.ModelStatisticsResponse) -> None:
         """Put the gateway's counters into the entries of ensembles in a sidecars' answer."""
         for entry in response.model_stats:

@@ -529,3 +529,12 @@ def test_an_ensemble_whose_step_cannot_load_is_not_loaded_either(explicit: Serve
         client.load_model("ghost")
     assert not client.is_model_ready("ghost")
     assert client.is_model_ready("chain")  # the server keeps serving
+
+
+@pytest.mark.parametrize("model", ["bad_map", "bad_type"])
+def test_loading_an_ensemble_whose_steps_contradict_their_models_fails(explicit: Server, model: str) -> None:
+    client = httpclient.InferenceServerClient(explicit.http)
+    with pytest.raises(InferenceServerException) as failure:
+        client.load_model(model)
+    assert INVALID_AT_FIRST_USE[model] in str(failure.value)
+    assert not client.is_model_ready(model)
