@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import click
+from tritonclient.utils import InferenceServerException
 
 from gateway.loadgen.load import LoadSettings, Point, Target, measure
 from gateway.loadgen.report import plot, table, to_csv, to_json
@@ -121,7 +122,10 @@ def bench(
         else [(c, 0.0) for c in _range(concurrency_range)]
     )
     show = sys.stderr.isatty() if progress is None else progress
-    points = asyncio.run(_run(settings, levels, _Progress(show, len(levels))))
+    try:
+        points = asyncio.run(_run(settings, levels, _Progress(show, len(levels))))
+    except InferenceServerException as exc:  # the server is not there, or refuses the model
+        raise click.ClickException(f"{url}: {exc.message()}") from exc
     click.echo(table(points), nl=False)
     if csv_path is not None:
         csv_path.write_text(to_csv(points))

@@ -66,3 +66,14 @@ def test_input_data_file_and_dynamic_shape(server: Server, tmp_path: Path) -> No
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[1].split()[-1] == "0"  # no errors
+
+
+def test_an_unknown_model_or_an_absent_server_is_one_error_line(server: Server) -> None:
+    unknown = bench("-m", "no_such_model", "-u", server.grpc)
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip().splitlines() == [
+        f"Error: {server.grpc}: Request for unknown model: 'no_such_model' is not found"
+    ]
+    absent = bench("-m", "simple", "-u", "127.0.0.1:1")
+    assert absent.returncode == 1
+    assert absent.stderr.startswith("Error: 127.0.0.1:1: failed to connect") and "Traceback" not in absent.stderr
