@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from protos import model_config_pb2 as mc
+from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import TurnoutError, internal, unavailable
 from sidecars.runtime import ModelInstance
-from protos.statistics import BatchTimes, VersionStatistics
 from sidecars.validation import ValidRequest
 
 

@@ -6,9 +6,9 @@ Rendered at scrape time on the event loop, so the request path pays nothing for 
 
 from __future__ import annotations
 
+from protos.statistics import VersionStatistics
 from protos.triton_metrics import FAILURE_REASONS, Exposition, HostGauges, model_labels
 from sidecars.models import ModelManager
-from protos.statistics import VersionStatistics
 
 # Powers of two: a dynamic batcher's sizes; the last finite bucket is the usual max_batch_size limit.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from protos import model_config_pb2 as mc
+from protos.statistics import VersionStatistics
 from protos.status import TurnoutError, internal, invalid_arg, not_found, unavailable
 from sidecars.batcher import DynamicBatcher
 from sidecars.config import check, fill_core_defaults, load_failure, read_config
@@ -29,7 +30,6 @@ from sidecars.runtime import ModelInstance, Runtime
 from sidecars.sequence import SequenceBatcher
 from sidecars.sequence_config import check_initial_states
 from sidecars.settings import ControlMode, SidecarSettings
-from protos.statistics import VersionStatistics
 from sidecars.validation import Signature
 from sidecars.warmup import warm_up
 

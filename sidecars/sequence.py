@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from protos import model_config_pb2 as mc
+from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import Status, TurnoutError, internal, invalid_arg, unavailable
 from sidecars.batcher import BackendFailure, Result
 from sidecars.runtime import ModelInstance
 from sidecars.sequence_config import FILLER, Row, SequenceTensors
-from protos.statistics import BatchTimes, VersionStatistics
 from sidecars.validation import SequenceFlags, ValidRequest
 
 log = logging.getLogger(__name__)
