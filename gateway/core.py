@@ -361,6 +361,7 @@ class Gateway:
         finally:
             await self._registry.refresh()
             self.ensembles.forget_plans()
+            self._dispatcher.models_changed()
         if client.framework == ENSEMBLE_FRAMEWORK:
             await self._load_composing_models(request.model_name)
 
@@ -398,6 +399,7 @@ class Gateway:
         finally:
             await self._registry.refresh()
             self.ensembles.forget_plans()
+            self._dispatcher.models_changed()
 
     def _check_repository_request(self, repository_name: str) -> None:
         if self._draining:

@@ -107,6 +107,10 @@ class Dispatcher:
                 decision = replace(decision, version=max(ready, key=int))
         return decision
 
+    def models_changed(self) -> None:
+        """A load or unload went through: cached per-model facts may be stale."""
+        self._pins.forget_idle_times()
+
     async def send(self, model: str, version: str, payload: bytes, context: RequestContext) -> bytes:
         """Send to one replica serving `model` (`version` if given); a replica that could
         not be reached is ejected and the next one tried, until the deadline. A sequence's

@@ -22,7 +22,7 @@ from protos.status import TurnoutError
 
 logger = logging.getLogger(__name__)
 
-# Until a model's own idle time is known (it is asked for at its first START), pins
+# Until a model's own idle time is known (asked for at its first START after a load), pins
 # last Triton's default; the sidecar's own timeout decides either way.
 DEFAULT_IDLE_SECS = 1.0
 # A pin outlives the sidecar's idle timeout a little, so a late request still reaches
@@ -110,6 +110,10 @@ class SequencePins:
 
     def end(self, model: str, sequence: SequenceFlags) -> None:
         self._pins.pop((model, sequence.id), None)
+
+    def forget_idle_times(self) -> None:
+        """After a load or unload a model's idle time may differ: learn it again at its next START."""
+        self._idle_secs.clear()
 
     def _lifetime(self, model: str) -> float:
         return self._idle_secs.get(model, DEFAULT_IDLE_SECS) + PIN_GRACE_SECS

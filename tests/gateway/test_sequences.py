@@ -62,3 +62,15 @@ async def test_pins_live_for_the_idle_time_renewed_by_use() -> None:
     pins.bind("m", SequenceFlags(99, True, False), "1", replica)
     assert len(pins) == 1
     await replica.close()
+
+
+async def test_a_load_or_unload_forgets_the_idle_times_learned() -> None:
+    now = [0.0]
+    pins = SequencePins(clock=lambda: now[0])
+    replica = SidecarClient("onnxruntime", "127.0.0.1:9")
+    pins._idle_secs["m"] = 30.0  # as learned from the model's config at its first START
+    pins.forget_idle_times()
+    pins.bind("m", SequenceFlags(1, True, False), "1", replica)
+    now[0] += DEFAULT_IDLE_SECS + PIN_GRACE_SECS
+    assert pins.get("m", SequenceFlags(1, False, False)) is None  # the default, not the stale 30 s
+    await replica.close()
