@@ -1,11 +1,11 @@
 """Priority under load (`priority_levels: 2`): with the model's queue kept full by
 level-2 clients, level-1 requests sent later are still served first.
 
-The design leaves chance no room: the level-2 clients start first and never stop, and
-the model runs one request at a time, so in arrival (FIFO) order both levels would wait
-behind the same queue and see the same latency. Only a scheduler that takes level 1
-first makes level-1 requests several times faster than the level-2 requests sent in the
-same window."""
+The design leaves chance little room: the level-2 clients start first and never stop,
+and the model runs one request at a time, so in arrival (FIFO) order the 16 level-2
+clients would complete about four requests for each one of the 4 level-1 clients. Only a
+scheduler that takes level 1 first lets hardly any level-2 request complete while level-1
+ones are waiting."""
 
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 from harness import make_models, turnout_up
 
-CLIENTS_PER_LEVEL = 16
-REQUESTS_PER_URGENT_CLIENT = 8
+# Few urgent clients behind many saturating ones: served first, a level-1 request waits for
+# at most the other urgent ones (~4 executions), a level-2 one for the whole queue (~16+).
+SATURATING_CLIENTS = 16
+URGENT_CLIENTS = 4
+REQUESTS_PER_URGENT_CLIENT = 16
 
 
 async def test_level_one_is_served_first_under_a_full_queue(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -53,22 +56,21 @@ async def test_level_one_is_served_first_under_a_full_queue(tmp_path_factory: py
                 for _ in range(REQUESTS_PER_URGENT_CLIENT):
                     await one(1)
 
-            fillers = [asyncio.create_task(saturating()) for _ in range(CLIENTS_PER_LEVEL)]
+            fillers = [asyncio.create_task(saturating()) for _ in range(SATURATING_CLIENTS)]
             await asyncio.sleep(1.0)  # the level-2 clients fill the queue first
             window_start = time.monotonic()
-            await asyncio.gather(*(urgent() for _ in range(CLIENTS_PER_LEVEL)))
+            await asyncio.gather(*(urgent() for _ in range(URGENT_CLIENTS)))
             window_end = time.monotonic()
             background.set()
             await asyncio.gather(*fillers)
 
     level_one = [s for _, s in latencies[1]]
-    # Level-2 requests sent while level-1 ones were being offered: the same queue, in time.
-    level_two = [s for sent, s in latencies[2] if window_start <= sent < window_end - 0.1]
-    one_mean, two_mean = statistics.mean(level_one), statistics.mean(level_two)
+    # Level-2 requests that completed while level-1 ones were being offered.
+    level_two_done = [s for sent, s in latencies[2] if window_start <= sent + s <= window_end]
     print(
-        f"level 1: {len(level_one)} requests, mean {one_mean * 1000:.1f} ms; "
-        f"level 2 in the same window: {len(level_two)}, mean {two_mean * 1000:.1f} ms"
+        f"level 1: {len(level_one)} requests, mean {statistics.mean(level_one) * 1000:.1f} ms; "
+        f"level 2 completed in the same window: {len(level_two_done)}"
     )
-    assert len(level_one) == CLIENTS_PER_LEVEL * REQUESTS_PER_URGENT_CLIENT
-    assert level_two, "no level-2 request was sent during the level-1 window"
-    assert two_mean > 3 * one_mean
+    assert len(level_one) == URGENT_CLIENTS * REQUESTS_PER_URGENT_CLIENT
+    # In arrival order the 16 saturating clients would complete ~4 requests for each urgent one.
+    assert len(level_two_done) < len(level_one) / 2
