@@ -222,7 +222,7 @@ def test_cancelled_backlogged_sequence_gives_its_slot_up(sequence_server: Server
         assert _output(client.infer("one_slot", _grpc_input(1), sequence_id=5, sequence_end=True)) == 2
         started = time.monotonic()
         assert _output(client.infer("one_slot", _grpc_input(3), sequence_id=7, sequence_start=True)) == 4
-        assert time.monotonic() - started < 0.5  # the slot went to sequence 7 at once
+        assert time.monotonic() - started < 0.9  # at once: not after sequence 6 idled out (1 s)
         error = _error(lambda: client.infer("one_slot", _grpc_input(1), sequence_id=6))
         assert "must specify the START flag on the first request of the sequence" in error.message()
         assert _output(client.infer("one_slot", _grpc_input(1), sequence_id=7, sequence_end=True)) == 4
