@@ -143,7 +143,7 @@ async def drive(
     return tally, since
 
 
-def scenarios(process: subprocess.Popen[str], address: str) -> dict[str, Callable[[], Awaitable[float | None]]]:
+def scenarios(process: subprocess.Popen[str]) -> dict[str, Callable[[], Awaitable[float | None]]]:
     async def kill() -> float | None:
         await asyncio.sleep(1.0)
         os.kill(sidecar_of(process.pid), signal.SIGKILL)
@@ -177,7 +177,7 @@ def main() -> None:
         )
         for name in ("baseline", "sidecar SIGKILL (restarted)", "sidecar SIGSTOP 2 s"):
             with turnout_up(repository) as (process, address):
-                fault = scenarios(process, address)[name]
+                fault = scenarios(process)[name]
                 tally, since = asyncio.run(drive(address, "simple", args.concurrency, args.seconds, fault))
                 rows.append((name, tally, tally.recovery(since)))
         # Overload: many more clients than the gateway lets in flight, on a model that holds requests.

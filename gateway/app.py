@@ -36,6 +36,7 @@ from gateway.restrictions import parse_restrictions
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
 from gateway.upstream import SidecarClient, SidecarTls
+from protos.rpc import server_credentials
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -78,17 +79,9 @@ def _build_http_app(gateway: Gateway, settings: GatewaySettings) -> ASGIApp:
 
 
 def _grpc_credentials(settings: GatewaySettings) -> grpc.ServerCredentials:
-    """Triton's --grpc-use-ssl[-mutual]: the server's certificate, and with mutual TLS the
-    CA that must have signed every client's certificate."""
-
-    def read(path: str) -> bytes:
-        with open(path, "rb") as file:
-            return file.read()
-
-    mutual = settings.grpc_use_ssl_mutual
-    root = read(settings.grpc_root_cert) if settings.grpc_root_cert else None
-    pair = (read(settings.grpc_server_key), read(settings.grpc_server_cert))
-    return grpc.ssl_server_credentials([pair], root_certificates=root, require_client_auth=mutual)
+    return server_credentials(
+        settings.grpc_server_cert, settings.grpc_server_key, settings.grpc_root_cert, settings.grpc_use_ssl_mutual
+    )
 
 
 def _sidecar_tls(settings: GatewaySettings) -> SidecarTls | None:
@@ -122,14 +115,7 @@ async def serve(
         with contextlib.suppress(ValueError, RuntimeError):  # only the main thread may own signals
             loop.add_signal_handler(signum, stop.set)
 
-    logs = LogSettings(
-        log_info=settings.log_info,
-        log_warning=settings.log_warning,
-        log_error=settings.log_error,
-        log_verbose_level=settings.log_verbose,
-        log_format=settings.log_format,
-        log_file=settings.log_file,
-    )
+    logs = LogSettings.of(settings)
     logs.apply()
     metrics_registry = CollectorRegistry()
     metrics = GatewayMetrics(metrics_registry)

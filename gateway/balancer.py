@@ -54,20 +54,16 @@ class Balancer:
 
     @contextlib.contextmanager
     def track(self, client: SidecarClient) -> Iterator[None]:
-        key = client
-        self._outstanding[key] = self._outstanding.get(key, 0) + 1
+        self._outstanding[client] = self._outstanding.get(client, 0) + 1
         try:
             yield
         finally:
             # `forget` may have dropped the count while this request was in flight.
-            left = self._outstanding.get(key, 0) - 1
+            left = self._outstanding.get(client, 0) - 1
             if left > 0:
-                self._outstanding[key] = left
+                self._outstanding[client] = left
             else:
-                self._outstanding.pop(key, None)
-
-    def is_ejected(self, client: SidecarClient) -> bool:
-        return client in self._ejected
+                self._outstanding.pop(client, None)
 
     def eject(self, client: SidecarClient, reason: str) -> None:
         """Keep `client` out of rotation until it answers a readiness probe."""

@@ -21,7 +21,7 @@ from gateway.dispatch import NO_CONTEXT, Dispatcher, RequestContext, with_versio
 from gateway.ensemble import ENSEMBLE_FRAMEWORK, Ensembles
 from gateway.fleet import combine_indexes, combine_statistics, on_replicas
 from gateway.metrics import GatewayMetrics
-from gateway.observability import LogSettings, LogValue, TraceSettings
+from gateway.observability import LogSettings, TraceSettings
 from gateway.policies import PolicyStore
 from gateway.registry import ModelRegistry
 from gateway.sequences import sequence_of
@@ -30,7 +30,7 @@ from gateway.shadow import ShadowMirror
 from gateway.shm import SharedMemory
 from gateway.upstream import READY_TIMEOUT_SECS, SidecarClient
 from protos import grpc_service_pb2 as pb
-from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, request_id_parameter
+from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, fill_log_response, log_updates, request_id_parameter
 from protos.status import Status, TurnoutError, invalid_arg, not_found, unavailable, unsupported
 
 logger = logging.getLogger(__name__)
@@ -100,14 +100,7 @@ class Gateway:
         self._shm = shared_memory
         self._metrics = metrics
         self._traces = traces or TraceSettings()
-        self._logs = logs or LogSettings(
-            log_info=settings.log_info,
-            log_warning=settings.log_warning,
-            log_error=settings.log_error,
-            log_verbose_level=settings.log_verbose,
-            log_format=settings.log_format,
-            log_file=settings.log_file,
-        )
+        self._logs = logs or LogSettings.of(settings)
         self._draining = False
         self._request_prefix = os.urandom(4).hex()  # ids unique to this gateway process
         self._request_count = 0
@@ -456,25 +449,9 @@ class Gateway:
                 logger.warning("log settings not applied on sidecar %s: %s", client.address, result)
 
     def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
-        if request.settings:
-            updates: dict[str, LogValue] = {}
-            for key, value in request.settings.items():
-                choice = value.WhichOneof("parameter_choice")
-                if choice is None:
-                    raise invalid_arg(f"no value given for logging setting '{key}'")
-                updates[key] = getattr(value, choice)
-            current = self._logs.update(updates)
-        else:
-            current = self._logs.as_dict()
+        current = self._logs.update(log_updates(request)) if request.settings else self._logs.as_dict()
         response = pb.LogSettingsResponse()
-        for key, setting in current.items():
-            entry = response.settings[key]
-            if isinstance(setting, bool):
-                entry.bool_param = setting
-            elif isinstance(setting, int):
-                entry.uint32_param = setting
-            else:
-                entry.string_param = setting
+        fill_log_response(current, response)
         return response
 
     # --- helpers -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from gateway.policy import Decision, Reason, VersionChooser
 from gateway.registry import ModelRegistry
 from gateway.sequences import Pin, SequenceFlags, SequencePins
 from gateway.upstream import SidecarClient, SidecarUnreachable
-from protos.status import TurnoutError, not_found, unavailable
+from protos.status import not_found, unavailable
 
 _MODEL_VERSION_TAG = b"\x12"  # field 2 (model_version), wire type 2 (length-delimited)
 DEFAULT_BUDGET_SECS = 30.0  # failover stops here when the client set no deadline
@@ -167,6 +167,6 @@ class Dispatcher:
         candidates = self._registry.replicas(model, version)
         client = self._balancer.choose(candidates)
         if client is None:
-            raise TurnoutError(not_found("").status, f"no replica serves '{model}' version {version}")
+            raise not_found(f"no replica serves '{model}' version {version}")
         with self._balancer.track(client):
             return await client.infer(with_version(payload, version))

@@ -75,8 +75,8 @@ class _NotFound(Exception):
 
 class _Restricted(Exception):
     def __init__(self, restriction: Restriction) -> None:
-        super().__init__(http_refusal(restriction))
         self.message = http_refusal(restriction)
+        super().__init__(self.message)
 
 
 # The API group (gateway.restrictions) of each kind of model route.

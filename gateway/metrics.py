@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from gateway.upstream import SidecarClient
 from protos import grpc_service_pb2 as pb
-from protos.triton_metrics import HOST_FAMILIES, Exposition, HostGauges, MetricsEndpoint, add_statistics
+from protos.triton_metrics import HOST_FAMILIES, Exposition, HostGauges, MetricsEndpoint, add_statistics, on_loop
 
 if TYPE_CHECKING:
     from gateway.policy import Decision
@@ -202,9 +202,8 @@ class MetricsServer:
         timeout: float = 5.0,
     ) -> None:
         self._registry = registry
-        self._fleet = fleet
-        self._loop = loop or asyncio.get_running_loop()
-        self._timeout = timeout
+        loop = loop or asyncio.get_running_loop()
+        self._fleet = on_loop(fleet, loop, timeout) if fleet is not None else None
         self._endpoint = MetricsEndpoint(host, port, self._render)
 
     @property
@@ -215,7 +214,7 @@ class MetricsServer:
         models = Exposition().render()
         if self._fleet is not None:
             try:
-                models = asyncio.run_coroutine_threadsafe(self._fleet(), self._loop).result(self._timeout)
+                models = self._fleet()
             except Exception:  # the gateway's own metrics are still worth a scrape
                 log.warning("fleet metrics unavailable for this scrape", exc_info=True)
         return generate_latest(self._registry) + models.encode()

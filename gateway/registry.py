@@ -147,7 +147,7 @@ class StaticRegistry:
 
     def ready_versions(self, model: str) -> frozenset[str] | None:
         # Versions loaded since the last refresh (poll mode) are not known here.
-        return self._ready.get(model) if model in self._ready else None
+        return self._ready.get(model)
 
     def peers(self, client: SidecarClient) -> Sequence[SidecarClient]:
         return (client,)

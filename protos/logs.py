@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Protocol
 
 from protos.status import invalid_arg
 
@@ -89,6 +90,23 @@ def formatter_for(log_format: str) -> logging.Formatter:
 LogValue = bool | int | str
 
 
+class LogOptions(Protocol):
+    """The log options a process's settings carry (Triton's --log-* flags)."""
+
+    @property
+    def log_file(self) -> str: ...
+    @property
+    def log_info(self) -> bool: ...
+    @property
+    def log_warning(self) -> bool: ...
+    @property
+    def log_error(self) -> bool: ...
+    @property
+    def log_verbose(self) -> int: ...
+    @property
+    def log_format(self) -> str: ...
+
+
 @dataclass
 class LogSettings:
     """Triton's log settings, applied to the Python loggers of this process. With a
@@ -110,6 +128,18 @@ class LogSettings:
         "log_verbose_level": int,
         "log_format": str,
     }
+
+    @classmethod
+    def of(cls, options: LogOptions) -> LogSettings:
+        """The settings a process starts with, from its command line."""
+        return cls(
+            log_file=options.log_file,
+            log_info=options.log_info,
+            log_warning=options.log_warning,
+            log_error=options.log_error,
+            log_verbose_level=options.log_verbose,
+            log_format=options.log_format,
+        )
 
     def as_dict(self) -> dict[str, LogValue]:
         return {key: getattr(self, key) for key in self._TYPES}

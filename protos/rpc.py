@@ -1,8 +1,10 @@
-"""The gRPC service both processes serve: its name, its methods and channel limits."""
+"""The gRPC service both processes serve: its name, its methods, channel limits and TLS credentials."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import grpc
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -52,3 +54,16 @@ METHODS: tuple[Method, ...] = (
 )
 
 BY_NAME: dict[str, Method] = {m.name: m for m in METHODS}
+
+
+def server_credentials(cert: str, key: str, root: str, mutual: bool) -> grpc.ServerCredentials:
+    """Triton's --grpc-use-ssl[-mutual]: the server's certificate and key files and, with
+    mutual TLS, the CA file (`root`) that must have signed every client's certificate."""
+
+    def read(path: str) -> bytes:
+        with open(path, "rb") as file:
+            return file.read()
+
+    roots = read(root) if root else None
+    pair = (read(key), read(cert))
+    return grpc.ssl_server_credentials([pair], root_certificates=roots, require_client_auth=mutual)

@@ -13,7 +13,7 @@ import logging
 import socketserver
 import threading
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 log = logging.getLogger(__name__)
 
 Labels = tuple[tuple[str, str], ...]
+T = TypeVar("T")
 
 # (name, type, HELP) in Triton's order; every family is declared even when empty.
 FAMILIES: tuple[tuple[str, str, str], ...] = (
@@ -235,12 +236,12 @@ class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
 
 
 def on_loop(
-    render: Callable[[], Coroutine[Any, Any, bytes]], loop: asyncio.AbstractEventLoop, timeout: float = 5.0
-) -> Callable[[], bytes]:
+    render: Callable[[], Coroutine[Any, Any, T]], loop: asyncio.AbstractEventLoop, timeout: float = 5.0
+) -> Callable[[], T]:
     """A scrape that runs the coroutine `render` on `loop`, where the counters live, so
     nothing it reads changes under it."""
 
-    def scrape() -> bytes:
+    def scrape() -> T:
         return asyncio.run_coroutine_threadsafe(render(), loop).result(timeout)
 
     return scrape

@@ -39,6 +39,8 @@ ONNX_TYPE = {
     "BYTES": TensorProto.STRING,
 }
 CONFIG_TYPE = {name: "TYPE_STRING" if name == "BYTES" else f"TYPE_{name}" for name in ONNX_TYPE}
+# ONNX has no bfloat16 here; TorchScript models may take it.
+CONFIG_TYPE["BF16"] = "TYPE_BF16"
 
 
 def _save(graph: onnx.GraphProto, path: Path) -> None:
@@ -64,8 +66,9 @@ def _config(
     inputs: list[tuple[str, str, list[int]]],
     outputs: list[tuple[str, str, list[int]]],
     extra: str = "",
+    platform: str = "onnxruntime_onnx",
 ) -> str:
-    lines = [f'name: "{name}"', 'platform: "onnxruntime_onnx"', f"max_batch_size: {max_batch_size}"]
+    lines = [f'name: "{name}"', f'platform: "{platform}"', f"max_batch_size: {max_batch_size}"]
     lines.append("input [\n" + ",\n".join(_io(*i) for i in inputs) + "\n]")
     lines.append("output [\n" + ",\n".join(_io(*o) for o in outputs) + "\n]")
     if extra:
@@ -400,8 +403,6 @@ def write_mlp(
 
 # -- PyTorch (torch is imported only here, so the ONNX-only paths never need it) ------
 
-TORCH_CONFIG_TYPE = {**CONFIG_TYPE, "BF16": "TYPE_BF16"}
-
 
 @functools.cache
 def _torch_modules() -> SimpleNamespace:
@@ -458,11 +459,6 @@ def _torch_modules() -> SimpleNamespace:
     return SimpleNamespace(**{c.__name__: c for c in classes})
 
 
-def _torch_io(name: str, datatype: str, dims: list[int]) -> str:
-    shape = ", ".join(str(d) for d in dims)
-    return f'  {{\n    name: "{name}"\n    data_type: {TORCH_CONFIG_TYPE[datatype]}\n    dims: [ {shape} ]\n  }}'
-
-
 def _torch_config(
     name: str,
     max_batch_size: int,
@@ -471,12 +467,7 @@ def _torch_config(
     extra: str = "",
     platform: str = "pytorch_libtorch",
 ) -> str:
-    lines = [f'name: "{name}"', f'platform: "{platform}"', f"max_batch_size: {max_batch_size}"]
-    lines.append("input [\n" + ",\n".join(_torch_io(*i) for i in inputs) + "\n]")
-    lines.append("output [\n" + ",\n".join(_torch_io(*o) for o in outputs) + "\n]")
-    if extra:
-        lines.append(extra.strip())
-    return "\n".join(lines) + "\n"
+    return _config(name, max_batch_size, inputs, outputs, extra, platform)
 
 
 def _save_script(module: object, path: Path) -> None:

@@ -24,6 +24,12 @@ from sidecars.validation import ValidRequest
 class BackendFailure(TurnoutError):
     """The framework failed to execute a batch (Triton's failure reason BACKEND)."""
 
+    @classmethod
+    def of(cls, exc: Exception) -> BackendFailure:
+        """`exc` from a framework call: a TurnoutError keeps its status and text, anything else is INTERNAL."""
+        failed = exc if isinstance(exc, TurnoutError) else internal(str(exc))
+        return cls(failed.status, failed.message)
+
 
 @dataclass(frozen=True)
 class Result:
@@ -251,8 +257,7 @@ class DynamicBatcher:
         try:
             outputs = await instance.execute(inputs)
         except Exception as exc:
-            failed = exc if isinstance(exc, TurnoutError) else internal(str(exc))
-            error = BackendFailure(failed.status, failed.message)
+            error = BackendFailure.of(exc)
             self._deliver(sequence, lambda: _fail(batch, error))
             return
         inferred = time.monotonic_ns()

@@ -28,7 +28,7 @@ from sidecars.repository import (
 from sidecars.responses import read_labels
 from sidecars.runtime import ModelInstance, Runtime
 from sidecars.sequence import SequenceBatcher
-from sidecars.sequence_config import check_initial_states
+from sidecars.sequence_config import SequenceTensors
 from sidecars.settings import ControlMode, SidecarSettings
 from sidecars.validation import Signature
 from sidecars.warmup import warm_up
@@ -48,7 +48,14 @@ class State(enum.Enum):
 class LoadedVersion:
     """A model version that serves requests: its complete config and its batcher."""
 
-    def __init__(self, config: mc.ModelConfig, version: int, instances: list[ModelInstance], model_dir: Path) -> None:
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        version: int,
+        instances: list[ModelInstance],
+        model_dir: Path,
+        sequence_tensors: SequenceTensors | None = None,
+    ) -> None:
         self.config = config
         self.name = config.name
         self.version = version
@@ -59,8 +66,8 @@ class LoadedVersion:
             t.name: read_labels(str(model_dir / t.label_filename)) for t in config.output if t.label_filename
         }
         self.batcher: DynamicBatcher | SequenceBatcher
-        if config.HasField("sequence_batching"):
-            self.batcher = SequenceBatcher(config, instances, self.stats, model_dir)
+        if sequence_tensors is not None:
+            self.batcher = SequenceBatcher(config, instances, self.stats, sequence_tensors)
         else:
             self.batcher = DynamicBatcher(config, instances, self.stats)
 
@@ -233,8 +240,8 @@ class ModelManager:
                 reason = result.message if isinstance(result, TurnoutError) else str(result)
                 failures.append((version, reason))
             else:
-                config, instances, load_secs = result
-                loaded[version] = LoadedVersion(config, version, instances, folder)
+                config, instances, tensors, load_secs = result
+                loaded[version] = LoadedVersion(config, version, instances, folder, tensors)
                 loaded[version].stats.load_secs = load_secs
         if failures:
             await asyncio.gather(*(v.close() for v in loaded.values()))
@@ -268,27 +275,32 @@ class ModelManager:
 
     async def _open_version(
         self, base: mc.ModelConfig, version_dir: Path
-    ) -> tuple[mc.ModelConfig, list[ModelInstance], float]:
+    ) -> tuple[mc.ModelConfig, list[ModelInstance], SequenceTensors | None, float]:
         """Prepare a version and warm its instances up; it is ready only after both.
-        Returns the config, the instances and the seconds both took."""
+        Returns the config, the instances, the sequence tensors and the seconds both took."""
         started = time.monotonic()
-        config, instances = await asyncio.to_thread(self._prepare, base, version_dir)
+        config, instances, tensors = await asyncio.to_thread(self._prepare, base, version_dir)
         try:
             await warm_up(config, instances, version_dir.parent)
         except BaseException:
             await asyncio.gather(*(asyncio.to_thread(i.close) for i in instances))
             raise
-        return config, instances, time.monotonic() - started
+        return config, instances, tensors, time.monotonic() - started
 
-    def _prepare(self, base: mc.ModelConfig, version_dir: Path) -> tuple[mc.ModelConfig, list[ModelInstance]]:
-        """Blocking: complete the config from this version's file and open its instances."""
+    def _prepare(
+        self, base: mc.ModelConfig, version_dir: Path
+    ) -> tuple[mc.ModelConfig, list[ModelInstance], SequenceTensors | None]:
+        """Blocking: complete the config from this version's file, build its sequence
+        tensors (with `sequence_batching`) and open its instances."""
         config = mc.ModelConfig()
         config.CopyFrom(base)
         if self.settings.auto_complete_config:
             self.runtime.auto_complete(config, version_dir, self.settings.default_max_batch_size)
         check(config)
-        check_initial_states(config, version_dir.parent)
-        return config, self.runtime.load(config, version_dir)
+        # The initial_state files are read here, so a missing or short one fails the load
+        # rather than a sequence's first request.
+        tensors = SequenceTensors(config, version_dir.parent) if config.HasField("sequence_batching") else None
+        return config, self.runtime.load(config, version_dir), tensors
 
     async def unload(self, name: str) -> None:
         """Stop routing to a model, let its queued and running requests finish, release it."""

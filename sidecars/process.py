@@ -17,7 +17,7 @@ import grpc
 
 from protos.lane import LaneServer
 from protos.logs import LogSettings
-from protos.rpc import MESSAGE_SIZE_OPTIONS
+from protos.rpc import MESSAGE_SIZE_OPTIONS, server_credentials
 from protos.triton_metrics import MetricsEndpoint, on_loop
 from sidecars.metrics import SidecarMetrics
 from sidecars.models import ModelManager
@@ -46,15 +46,10 @@ def _read_tls(settings: SidecarSettings) -> _Tls | None:
     included) for certificate files that cannot be used."""
     if not settings.grpc_use_ssl:
         return None
-
-    def read(path: str) -> bytes:
-        with open(path, "rb") as file:
-            return file.read()
-
     mutual = settings.grpc_use_ssl_mutual
-    root = read(settings.grpc_root_cert) if settings.grpc_root_cert else None
-    pair = (read(settings.grpc_server_key), read(settings.grpc_server_cert))
-    credentials = grpc.ssl_server_credentials([pair], root_certificates=root, require_client_auth=mutual)
+    credentials = server_credentials(
+        settings.grpc_server_cert, settings.grpc_server_key, settings.grpc_root_cert, mutual
+    )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(settings.grpc_server_cert, settings.grpc_server_key)
     if mutual:
@@ -114,7 +109,7 @@ async def serve(settings: SidecarSettings) -> int:
         return 1
     manager = ModelManager(settings, runtime)
     server = grpc.aio.server(options=MESSAGE_SIZE_OPTIONS)
-    service = add_services(server, manager, _log_settings(settings))
+    service = add_services(server, manager, LogSettings.of(settings))
     address = f"{settings.host}:{settings.port}"
     port = server.add_secure_port(address, tls.credentials) if tls else server.add_insecure_port(address)
     await server.start()
@@ -204,18 +199,7 @@ def _remove_lane_folder(folder: str | None) -> None:
             os.rmdir(folder)
 
 
-def _log_settings(settings: SidecarSettings) -> LogSettings:
-    return LogSettings(
-        log_info=settings.log_info,
-        log_warning=settings.log_warning,
-        log_error=settings.log_error,
-        log_verbose_level=settings.log_verbose,
-        log_format=settings.log_format,
-        log_file=settings.log_file,
-    )
-
-
 def run(settings: SidecarSettings) -> int:
     logging.basicConfig(stream=sys.stderr)
-    _log_settings(settings).apply()
+    LogSettings.of(settings).apply()
     return asyncio.run(serve(settings))

@@ -14,14 +14,13 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from protos import model_config_pb2 as mc
 from protos.statistics import BatchTimes, VersionStatistics
-from protos.status import Status, TurnoutError, internal, invalid_arg, unavailable
+from protos.status import Status, TurnoutError, invalid_arg, unavailable
 from sidecars.batcher import BackendFailure, Result
 from sidecars.runtime import ModelInstance
 from sidecars.sequence_config import FILLER, Row, SequenceTensors
@@ -86,12 +85,15 @@ class SequenceBatcher:
     DynamicBatcher (submit, pending, instance_count, close)."""
 
     def __init__(
-        self, config: mc.ModelConfig, instances: Sequence[ModelInstance], stats: VersionStatistics, model_dir: Path
+        self,
+        config: mc.ModelConfig,
+        instances: Sequence[ModelInstance],
+        stats: VersionStatistics,
+        tensors: SequenceTensors,
     ) -> None:
         self._model = config.name
         self._stats = stats
-        self._tensors = SequenceTensors(config, model_dir)
-        self._outputs = [output.name for output in config.output]
+        self._tensors = tensors
         batching = config.sequence_batching
         self._batched = config.max_batch_size > 0
         self._max_rows = max(config.max_batch_size, 1)
@@ -379,11 +381,10 @@ class SequenceBatcher:
         try:
             outputs = await lane.instance.execute(inputs)
         except Exception as exc:
-            failed = exc if isinstance(exc, TurnoutError) else internal(str(exc))
             for row in real:
                 assert row.pending is not None
                 if not row.pending.future.done():
-                    row.pending.future.set_exception(BackendFailure(failed.status, failed.message))
+                    row.pending.future.set_exception(BackendFailure.of(exc))
             return
         inferred = time.monotonic_ns()
         times = BatchTimes(len(real), computed - start, inferred - computed, time.monotonic_ns() - inferred)
@@ -406,8 +407,7 @@ class SequenceBatcher:
 
     def _batch_inputs(self, rows: list[_Row]) -> dict[str, np.ndarray]:
         """The client's inputs, controls and states of every row, stacked on the batch dim."""
-        model_rows = [row for row in rows if row.pending is not None]
-        sample = model_rows[0]
+        sample = next(row for row in rows if row.pending is not None)
         assert sample.pending is not None
         controls = [
             Row(row.pending.flags.start, row.pending.flags.end, True, row.pending.flags.id) if row.pending else FILLER

@@ -22,8 +22,8 @@ INITIAL_STATE_FOLDER = "initial_state"  # data_file paths are relative to <model
 _Control = mc.ModelSequenceBatching.Control
 _FLAG_KINDS = (_Control.CONTROL_SEQUENCE_START, _Control.CONTROL_SEQUENCE_END, _Control.CONTROL_SEQUENCE_READY)
 _CORRID_TYPES = (mc.TYPE_UINT64, mc.TYPE_INT64, mc.TYPE_UINT32, mc.TYPE_INT32, mc.TYPE_STRING)
-_FALSE_TRUE = ("int32_false_true", "fp32_false_true", "bool_false_true")
 _FALSE_TRUE_DTYPE = {"int32_false_true": np.int32, "fp32_false_true": np.float32, "bool_false_true": np.bool_}
+_FALSE_TRUE = tuple(_FALSE_TRUE_DTYPE)  # the fields that may give a flag control's false and true values
 _FALSE_TRUE_CONFIG_TYPE = {
     "int32_false_true": mc.TYPE_INT32,
     "fp32_false_true": mc.TYPE_FP32,
@@ -150,13 +150,6 @@ def _check_state(state: mc.ModelSequenceBatching.State) -> None:
             )
     if initial.WhichOneof("state_data") is None:
         raise invalid_arg(f"initial_state setting expects state'{name}' to have state_data set")
-
-
-def check_initial_states(config: mc.ModelConfig, model_dir: Path) -> None:
-    """Read the initial_state files now, so a missing or short one fails the load
-    rather than a sequence's first request."""
-    if config.HasField("sequence_batching"):
-        SequenceTensors(config, model_dir)
 
 
 def sequence_inputs(config: mc.ModelConfig) -> list[tuple[str, int]]:

@@ -3,6 +3,7 @@ every instance of a version before that version reports ready, for any framework
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +103,8 @@ async def warm_up(config: mc.ModelConfig, instances: list[ModelInstance], model_
     each instance's framework has done its first-call work before a request arrives."""
     if not config.model_warmup:
         return
-    prepared = samples(config, model_dir)
+    # Off the event loop: sample files are read from disk.
+    prepared = await asyncio.to_thread(samples, config, model_dir)
     for instance in instances:
         for sample in prepared:
             for _ in range(sample.count):

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +26,13 @@ ROOT = Path(__file__).resolve().parent.parent
 READY_PREFIX = "TURNOUT_READY"
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now, for a server that cannot bind port 0 and report it."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def make_models() -> ModuleType:
@@ -56,12 +65,23 @@ class Server:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def json_lines(self) -> list[dict[str, object]]:
+        """The JSON objects among its output lines (both processes', under --log-format=json)."""
+        documents = []
+        for line in self.lines:
+            with contextlib.suppress(ValueError):
+                document = json.loads(line)
+                if isinstance(document, dict):
+                    documents.append(document)
+        return documents
+
 
 class ServerFailedToStart(AssertionError):
     pass
 
 
-def _pump(stream: object, sink: queue.Queue[str | None], lines: list[str]) -> None:
+def pump_lines(stream: object, sink: queue.Queue[str | None], lines: list[str]) -> None:
+    """Copy `stream` line by line into `lines` and `sink`, then put None; run it on a thread."""
     # Drains the child's output for its whole life, so a chatty child never blocks.
     for line in stream:  # type: ignore[attr-defined]
         lines.append(line)
@@ -69,7 +89,8 @@ def _pump(stream: object, sink: queue.Queue[str | None], lines: list[str]) -> No
     sink.put(None)
 
 
-def _parse_ready(line: str) -> dict[str, str]:
+def ready_fields(line: str) -> dict[str, str]:
+    """The key=value fields of a ready line."""
     return dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
 
 
@@ -108,7 +129,7 @@ def turnout_up(
     )
     lines: list[str] = []
     sink: queue.Queue[str | None] = queue.Queue()
-    pump = threading.Thread(target=_pump, args=(process.stdout, sink, lines), daemon=True)
+    pump = threading.Thread(target=pump_lines, args=(process.stdout, sink, lines), daemon=True)
     pump.start()
     try:
         server = _wait_ready(process, sink, lines, repository, start_timeout)
@@ -138,7 +159,7 @@ def _wait_ready(
             code = process.wait(timeout=10)
             raise ServerFailedToStart(f"turnout up exited with {code} before it was ready; output:\n{''.join(lines)}")
         if line.startswith(READY_PREFIX):
-            fields = _parse_ready(line)
+            fields = ready_fields(line)
             missing = {"http", "grpc", "metrics"} - fields.keys()
             if missing:
                 raise ServerFailedToStart(f"ready line lacks {sorted(missing)}: {line!r}")
@@ -157,6 +178,52 @@ def _stop(process: subprocess.Popen[str], timeout: float) -> None:
             process.wait(timeout=10)
     if process.stdout is not None:
         process.stdout.close()
+
+
+def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> bool:
+    """Whether `predicate` turns true within `timeout`; polled, since another process
+    writes what it checks and there is no event to wait on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def terminate(process: subprocess.Popen[str], timeout: float) -> None:
+    """SIGTERM `process`; SIGKILL it if it outlives `timeout`; reap it."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def live_children(pid: int) -> list[int]:
+    """Live processes whose parent is `pid`, read from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs: it exists and is no zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def write_repository(repo: Path, models: Sequence[str]) -> Path:

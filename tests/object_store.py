@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from harness import free_port
 
 _RUNNING = re.compile(r"Running on (http://\S+)")
 
@@ -119,7 +122,7 @@ def moto_server() -> Iterator[ObjectStore]:
 @contextlib.contextmanager
 def gcs_emulator(bucket: str) -> Iterator[GcsStore]:
     """Run a GCS emulator (in memory, with `bucket`) on a free loopback port until the block ends."""
-    port = _free_port()  # the emulator does not report a port it picked itself
+    port = free_port()  # the emulator does not report a port it picked itself
     command = [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(
         [*command, "--in-memory", "--default-bucket", bucket],
@@ -134,13 +137,6 @@ def gcs_emulator(bucket: str) -> Iterator[GcsStore]:
         yield GcsStore(f"http://127.0.0.1:{port}")
     finally:
         _stop(process)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _wait_for(process: subprocess.Popen[str], ready: re.Pattern[str]) -> re.Match[str]:
@@ -177,9 +173,6 @@ POLL_DEADLINE_S = 20.0
 
 def linear_answer(client: Any, version: str = "") -> float:
     """What the `linear` model answers for ones over gRPC: its version's factor."""
-    import numpy as np
-    import tritonclient.grpc as grpcclient
-
     tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
     tensor.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
     return float(client.infer("linear", [tensor], model_version=version).as_numpy("OUTPUT0")[0, 0])

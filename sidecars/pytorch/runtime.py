@@ -39,7 +39,7 @@ class TorchRuntime:
         self.options = options
 
     def gpu_count(self) -> int:
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return _gpu_count()
 
     def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
         return None
@@ -54,19 +54,23 @@ class TorchRuntime:
             (f"{group.name}_{i}", device) for group in config.instance_group for i, device in _devices(config, group)
         ]
         _set_threads(config.name, parameters, [name for name, _ in devices])
+        # The sequence batcher's controls and state inputs bind like config inputs, after them.
+        inputs = [t.name for t in config.input] + [name for name, _ in sequence_inputs(config)]
         instances: list[ModelInstance] = []
         try:
             for name, device in devices:
                 module, arguments = _load_module(config.name, path, device)
-                # The sequence batcher's controls and state inputs bind like config inputs, after them.
-                names = [t.name for t in config.input] + [name for name, _ in sequence_inputs(config)]
-                layout = input_layout(config.name, names, arguments)
+                layout = input_layout(config.name, inputs, arguments)
                 instances.append(TorchInstance(name, module, device, layout, config, parameters))
         except BaseException:
             for instance in instances:
                 instance.close()
             raise
         return instances
+
+
+def _gpu_count() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _devices(config: mc.ModelConfig, group: mc.ModelInstanceGroup) -> Iterator[tuple[int, torch.device]]:
@@ -76,7 +80,7 @@ def _devices(config: mc.ModelConfig, group: mc.ModelInstanceGroup) -> Iterator[t
         for index in range(group.count):
             yield index, torch.device("cpu")
         return
-    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    available = _gpu_count()
     if not group.gpus:
         raise invalid_arg(
             f"instance group {group.name} of model {config.name} has kind KIND_GPU but no GPUs are available"

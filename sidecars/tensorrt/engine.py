@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from protos import model_config_pb2 as mc
+from protos.codec import element_count
 from protos.status import invalid_arg
 
 # tensorrt.DataType member names -> config datatypes (FP8/INT4 have no protocol type).
@@ -148,10 +149,7 @@ def bindings(tensors: Sequence[EngineTensor], element_sizes: Mapping[str, int]) 
 
 
 def byte_size(binding: Binding, shape: Shape) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count * binding.element_size
+    return element_count(shape) * binding.element_size
 
 
 def grown_capacity(current: int, needed: int) -> int:

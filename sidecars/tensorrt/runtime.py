@@ -27,6 +27,7 @@ from protos.status import internal, invalid_arg
 from sidecars.config import model_file
 from sidecars.runtime import ModelInstance, RuntimeUnavailable, Tensors, ThreadedInstance
 from sidecars.tensorrt.engine import (
+    TRT_TYPES,
     Binding,
     EngineTensor,
     Profile,
@@ -40,7 +41,8 @@ from sidecars.tensorrt.engine import (
 
 log = logging.getLogger(__name__)
 
-_ELEMENT_SIZES = {"FLOAT": 4, "HALF": 2, "BF16": 2, "INT8": 1, "UINT8": 1, "INT32": 4, "INT64": 8, "BOOL": 1}
+# Bytes per element of each engine datatype: its protocol datatype's.
+_ELEMENT_SIZES = {trt: BY_CONFIG_NAME[mc.DataType.Name(data_type)].size for trt, data_type in TRT_TYPES.items()}
 
 
 def _cuda(result: tuple[Any, ...], what: str) -> Any:

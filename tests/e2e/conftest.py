@@ -7,7 +7,6 @@ register things get servers of their own so they cannot disturb the others.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from harness import Server, turnout_up, write_repository
@@ -49,8 +48,3 @@ def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     )
     with turnout_up(repo, "--model-control-mode=explicit", "--load-model=simple") as running:
         yield running
-
-
-@pytest.fixture
-def upload_dir(tmp_path: Path) -> Path:
-    return tmp_path / "upload"

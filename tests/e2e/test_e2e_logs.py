@@ -4,15 +4,12 @@ sidecar under one request id (the gateway's own when the client sent none), and
 
 from __future__ import annotations
 
-import contextlib
-import json
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from harness import Server, turnout_up, write_repository
+from harness import Server, eventually, turnout_up, write_repository
 from tritonclient.utils import InferenceServerException
 
 
@@ -34,41 +31,22 @@ def _fail(server: Server, request_id: str = "") -> None:
         client.infer("simple", inputs, request_id=request_id)
 
 
-def _wait_for(predicate: object, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)  # another process writes the lines: there is no event to wait on
-    return False
-
-
-def _documents(lines: list[str]) -> list[dict[str, object]]:
-    found = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            document = json.loads(line)
-            if isinstance(document, dict):
-                found.append(document)
-    return found
-
-
 def test_a_failing_request_is_logged_in_both_processes_under_one_id(repo: Path) -> None:
     with turnout_up(repo, "--log-format=json") as server:
         _fail(server)  # no client id: the gateway's own
 
         def failures() -> dict[str, set[str]]:
             ids: dict[str, set[str]] = {}
-            for document in _documents(server.lines):
+            for document in server.json_lines():
                 if "infer failed" in str(document.get("message")) and document.get("request_id"):
                     process = str(document.get("logger")).split(".")[0]
                     ids.setdefault(process, set()).add(str(document["request_id"]))
             return ids
 
-        assert _wait_for(lambda: {"gateway", "sidecars"} <= failures().keys()), server.output()[-3000:]
+        assert eventually(lambda: {"gateway", "sidecars"} <= failures().keys()), server.output()[-3000:]
         found = failures()
         assert found["gateway"] == found["sidecars"], found
-        assert all(d["level"] in ("INFO", "WARNING") for d in _documents(server.lines) if d.get("request_id"))
+        assert all(d["level"] in ("INFO", "WARNING") for d in server.json_lines() if d.get("request_id"))
 
 
 def test_log_file_takes_both_processes_lines_and_moves_live(repo: Path, tmp_path: Path) -> None:
@@ -81,13 +59,13 @@ def test_log_file_takes_both_processes_lines_and_moves_live(repo: Path, tmp_path
 
     with turnout_up(repo, f"--log-file={first}") as server:
         _fail(server, "to-first")
-        assert _wait_for(lambda: both_wrote(first, "to-first")), first.read_text()[-2000:]
+        assert eventually(lambda: both_wrote(first, "to-first")), first.read_text()[-2000:]
         assert not any("to-first" in line for line in server.lines)
 
         with httpclient.InferenceServerClient(server.http) as client:
             assert client.update_log_settings({"log_file": str(second)})["log_file"] == str(second)
             _fail(server, "to-second")
-            assert _wait_for(lambda: both_wrote(second, "to-second")), second.read_text()[-2000:]
+            assert eventually(lambda: both_wrote(second, "to-second")), second.read_text()[-2000:]
             assert "to-second" not in first.read_text()
 
             with pytest.raises(InferenceServerException, match="failed to open log file"):
@@ -95,5 +73,5 @@ def test_log_file_takes_both_processes_lines_and_moves_live(repo: Path, tmp_path
 
             assert client.update_log_settings({"log_file": ""})["log_file"] == ""
             _fail(server, "to-console")
-            assert _wait_for(lambda: sum("[request id: to-console]" in line for line in server.lines) >= 2)
+            assert eventually(lambda: sum("[request id: to-console]" in line for line in server.lines) >= 2)
         assert "to-console" not in second.read_text()

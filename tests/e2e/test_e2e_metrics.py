@@ -4,7 +4,6 @@ failure reasons, histograms, request ids in both processes' logs, live log level
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import ROOT, Server, turnout_up, write_repository
+from harness import ROOT, Server, eventually, turnout_up, write_repository
 from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 from simple_requests import grpc_inputs, http_inputs, simple_arrays
@@ -102,55 +101,41 @@ def verbose_server(repo: Path) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def sidecar(repo: Path) -> Iterator[dict[str, str]]:
+def _ready_process(command: list[str], ready_prefix: str) -> Iterator[dict[str, str]]:
+    """Run `command`; yield the fields of its ready line, then SIGTERM it (killed after 15 s)."""
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
+    assert process.stdout is not None
+    try:
+        for line in process.stdout:
+            if line.startswith(ready_prefix):
+                yield dict(part.split("=", 1) for part in line.split()[1:])
+                break
+        else:
+            raise AssertionError(f"{command[2]} exited with {process.wait()} before it was ready")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
+def sidecar(repo: Path) -> contextlib.AbstractContextManager[dict[str, str]]:
     """One `python -m sidecars` process; yields the fields of its ready line."""
     command = [sys.executable, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repo}"]
     command += ["--metrics-port=0", "--lane=tcp", "--exit-timeout-secs=2"]
-    process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
-    )
-    assert process.stdout is not None
-    try:
-        for line in process.stdout:
-            if line.startswith("TURNOUT_SIDECAR_READY"):
-                yield dict(part.split("=", 1) for part in line.split()[1:])
-                break
-        else:
-            raise AssertionError(f"sidecar exited with {process.wait()} before it was ready")
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stdout.close()
+    return _ready_process(command, "TURNOUT_SIDECAR_READY")
 
 
-@contextlib.contextmanager
-def gateway(*specs: str) -> Iterator[dict[str, str]]:
+def gateway(*specs: str) -> contextlib.AbstractContextManager[dict[str, str]]:
     """`turnout gateway` routing to the given sidecars; yields its ready line's fields."""
     command = [sys.executable, "-m", "gateway", "gateway", "--host=127.0.0.1", "--http-port=0", "--grpc-port=0"]
     command += ["--metrics-port=0", "--exit-timeout-secs=2", *(f"--sidecar={s}" for s in specs)]
-    process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
-    )
-    assert process.stdout is not None
-    try:
-        for line in process.stdout:
-            if line.startswith("TURNOUT_READY"):
-                yield dict(part.split("=", 1) for part in line.split()[1:])
-                break
-        else:
-            raise AssertionError(f"gateway exited with {process.wait()} before it was ready")
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stdout.close()
+    return _ready_process(command, "TURNOUT_READY")
 
 
 def infer_simple(url: str, model: str = "simple", request_id: str = "") -> None:
@@ -255,25 +240,6 @@ def test_batch_size_histogram_and_pending(verbose_server: Server) -> None:
     assert value(after, "turnout_sidecar_queue_depth", "simple_batched") == 0
 
 
-def _json_lines(server: Server) -> list[dict[str, object]]:
-    documents = []
-    for line in server.lines:
-        with contextlib.suppress(ValueError):
-            document = json.loads(line)
-            if isinstance(document, dict):
-                documents.append(document)
-    return documents
-
-
-def _wait_for(predicate: object, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_request_id_in_both_processes_json_logs(verbose_server: Server) -> None:
     infer_simple(verbose_server.grpc, request_id="trace-me-42")
     with httpclient.InferenceServerClient(verbose_server.http) as client:
@@ -282,20 +248,20 @@ def test_request_id_in_both_processes_json_logs(verbose_server: Server) -> None:
     def both() -> bool:
         loggers = {
             str(d.get("logger", "")).split(".")[0]
-            for d in _json_lines(verbose_server)
+            for d in verbose_server.json_lines()
             if d.get("request_id") == "trace-me-42"
         }
         return {"gateway", "sidecars"} <= loggers
 
-    assert _wait_for(both), verbose_server.output()[-3000:]
-    generated = [d for d in _json_lines(verbose_server) if str(d.get("logger", "")).startswith("gateway.core")]
+    assert eventually(both), verbose_server.output()[-3000:]
+    generated = [d for d in verbose_server.json_lines() if str(d.get("logger", "")).startswith("gateway.core")]
     ids = {str(d["request_id"]) for d in generated if d.get("request_id") and d["request_id"] != "trace-me-42"}
     assert ids
     sidecar_ids = {
-        str(d.get("request_id")) for d in _json_lines(verbose_server) if str(d.get("logger", "")).startswith("sidecars")
+        str(d.get("request_id")) for d in verbose_server.json_lines() if str(d.get("logger", "")).startswith("sidecars")
     }
     assert ids & sidecar_ids  # the generated id reached the sidecar too
-    for document in _json_lines(verbose_server):
+    for document in verbose_server.json_lines():
         assert {"time", "level", "logger", "message"} <= document.keys()
 
 
@@ -306,7 +272,7 @@ def test_log_level_changes_live(repo: Path) -> None:
             settings = client.update_log_settings({"log_verbose_level": 1, "log_format": "ISO8601"})
             assert settings["log_verbose_level"] == 1
             infer_simple(server.grpc, request_id="loud-1")
-            assert _wait_for(lambda: sum("[request id: loud-1]" in line for line in server.lines) >= 2)
+            assert eventually(lambda: sum("[request id: loud-1]" in line for line in server.lines) >= 2)
             assert not any("quiet-1" in line for line in server.lines)
             client.update_log_settings({"log_verbose_level": 0})
             infer_simple(server.grpc, request_id="quiet-2")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -82,8 +83,6 @@ def test_load_and_unload_grpc(explicit_server: Server) -> None:
 
 
 def test_ready_endpoint_for_unloaded_model(explicit_server: Server) -> None:
-    import httpx
-
     response = httpx.get(f"http://{explicit_server.http}/v2/models/identity_fp32/ready", timeout=30)
     assert response.status_code == 400
     assert response.json() == {"error": "Model version not ready"}

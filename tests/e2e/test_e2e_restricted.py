@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import httpx
@@ -170,7 +169,7 @@ def test_restriction_specs() -> None:
             parse_restrictions(bad)
 
 
-def test_cli_refuses_a_bad_spec(tmp_path: Path) -> None:
+def test_cli_refuses_a_bad_spec() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "gateway", "gateway", "--sidecar=onnxruntime=127.0.0.1:1", "--http-restricted-api=x"],
         cwd=ROOT,

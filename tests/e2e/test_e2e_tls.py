@@ -109,7 +109,7 @@ def test_up_with_tls_to_its_sidecars(tmp_path: Path, pki: Pki) -> None:
             assert direct.is_server_live()
 
 
-def test_tls_flags_are_checked(tmp_path: Path) -> None:
+def test_tls_flags_are_checked() -> None:
     for flags, named in (
         (["--grpc-use-ssl=true"], "--grpc-use-ssl needs"),
         (["--grpc-use-ssl-mutual=true", "--grpc-server-cert=x", "--grpc-server-key=y"], "--grpc-root-cert"),

@@ -9,8 +9,6 @@ import json
 import os
 import queue
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import ROOT
+from harness import ROOT, free_port, pump_lines, ready_fields, terminate
 
 CONSUL = ROOT / ".tools" / "consul" / "usr" / "bin" / "consul"
 START_TIMEOUT_S = 60.0
@@ -34,12 +32,6 @@ def consul_binary() -> Path | None:
         return CONSUL
     found = shutil.which("consul")
     return Path(found) if found else None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
@@ -67,13 +59,7 @@ class Process:
         return "".join(self.lines)
 
     def stop(self, timeout: float = 20.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        terminate(self.process, timeout)
         self._release()
         return int(self.process.returncode)
 
@@ -90,13 +76,6 @@ class Process:
             self.process.stdout.close()
 
 
-def _pump(stream: Any, sink: queue.Queue[str | None], lines: list[str]) -> None:
-    for line in stream:
-        lines.append(line)
-        sink.put(line)
-    sink.put(None)
-
-
 def spawn(command: Sequence[str], ready_prefix: str | None, timeout: float = START_TIMEOUT_S) -> Process:
     """Start `command`; with `ready_prefix`, return once it prints that line."""
     process = subprocess.Popen(
@@ -111,7 +90,7 @@ def spawn(command: Sequence[str], ready_prefix: str | None, timeout: float = STA
     )
     running = Process(process)
     sink: queue.Queue[str | None] = queue.Queue()
-    running.pump = threading.Thread(target=_pump, args=(process.stdout, sink, running.lines), daemon=True)
+    running.pump = threading.Thread(target=pump_lines, args=(process.stdout, sink, running.lines), daemon=True)
     running.pump.start()
     if ready_prefix is None:
         return running
@@ -126,7 +105,7 @@ def spawn(command: Sequence[str], ready_prefix: str | None, timeout: float = STA
             running.stop()
             raise AssertionError(f"{command[:4]} exited with {process.returncode}:\n{running.output()}")
         if line.startswith(ready_prefix):
-            running.fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+            running.fields = ready_fields(line)
             return running
 
 

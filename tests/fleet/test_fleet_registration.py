@@ -4,6 +4,7 @@ reach every replica and show in the registration's meta."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -109,8 +110,6 @@ def test_load_and_unload_reach_every_replica(consul: Consul, fleet_repository: P
 
 
 def test_turnout_sidecar_command_takes_consul(consul: Consul, fleet_repository: Path) -> None:
-    import sys
-
     command = [sys.executable, "-m", "gateway", "sidecar", "--framework=onnxruntime"]
     command += [f"--model-repository={fleet_repository}", f"--consul={consul.http}", "--consul-service=reg-cli"]
     one = spawn(command, "TURNOUT_SIDECAR_READY")

@@ -9,6 +9,8 @@ import asyncio
 import collections
 import json
 import math
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -211,10 +213,7 @@ def test_turnout_up_routing_file(tmp_path: Path, fleet_repository: Path) -> None
         )
 
 
-def test_invalid_routing_file_stops_the_start(tmp_path: Path, fleet_repository: Path) -> None:
-    import subprocess
-    import sys
-
+def test_invalid_routing_file_stops_the_start(tmp_path: Path) -> None:
     routing = tmp_path / "routing.yaml"
     routing.write_text("models:\n  linear:\n    weights: {}\n")
     command = [sys.executable, "-m", "gateway", "gateway", "--sidecar=onnxruntime=127.0.0.1:1", f"--routing={routing}"]

@@ -12,46 +12,23 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import ROOT, ServerFailedToStart, turnout_up, write_repository
-
-
-def _children(pid: int) -> list[int]:
-    """Live processes whose parent is `pid`, read from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+from harness import ROOT, ServerFailedToStart, live_children, pid_alive, turnout_up, write_repository
 
 
 def _wait_until_gone(pids: list[int], timeout: float) -> list[int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [pid for pid in pids if _alive(pid)]
+        alive = [pid for pid in pids if pid_alive(pid)]
         if not alive:
             return []
         time.sleep(0.05)  # polling /proc: there is no event to wait on for another's child
-    return [pid for pid in pids if _alive(pid)]
+    return [pid for pid in pids if pid_alive(pid)]
 
 
 def test_sigterm_stops_the_gateway_and_every_sidecar(tmp_path: Path) -> None:
     repo = write_repository(tmp_path / "repo", ["simple"])
     with turnout_up(repo) as server:
-        sidecars = _children(server.process.pid)
+        sidecars = live_children(server.process.pid)
         assert sidecars, "turnout up should run its sidecar as a child"
         assert httpx.get(f"http://{server.http}/v2/health/ready").status_code == 200
         server.process.send_signal(signal.SIGTERM)
@@ -62,7 +39,7 @@ def test_sigterm_stops_the_gateway_and_every_sidecar(tmp_path: Path) -> None:
 def test_sidecars_never_outlive_a_killed_parent(tmp_path: Path) -> None:
     repo = write_repository(tmp_path / "repo", ["simple"])
     with turnout_up(repo) as server:
-        sidecars = _children(server.process.pid)
+        sidecars = live_children(server.process.pid)
         assert sidecars
         server.process.kill()
         server.process.wait(timeout=10)

@@ -11,8 +11,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import tritonclient.grpc as grpcclient
-from harness import turnout_up, write_repository
-from test_supervisor import _alive, _children
+from harness import live_children, pid_alive, turnout_up, write_repository
 
 
 def _sample(metrics: str, name: str, model: str) -> float | None:
@@ -51,10 +50,10 @@ def test_a_restarted_sidecar_is_scraped_again(tmp_path: Path) -> None:
         # the pending count, so its presence says the metrics port is being read.
         assert _sample(server.metrics, "nv_inference_pending_request_count", "simple") == 0
         assert _sample(server.metrics, "nv_inference_request_success", "simple") == 3
-        (sidecar,) = _children(server.process.pid)
+        (sidecar,) = live_children(server.process.pid)
         os.kill(sidecar, signal.SIGKILL)
-        _wait(lambda: not _alive(sidecar), 10, "the sidecar to die")
-        _wait(lambda: [p for p in _children(server.process.pid) if p != sidecar], 30, "a restarted sidecar")
+        _wait(lambda: not pid_alive(sidecar), 10, "the sidecar to die")
+        _wait(lambda: [p for p in live_children(server.process.pid) if p != sidecar], 30, "a restarted sidecar")
         _wait(lambda: "sidecar ready on" in server.output().rsplit("died", 1)[-1], 60, "the restart's ready line")
         _infer(server.grpc)
         # A new process: its counters start over, and the gateway reads them on the old port.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from harness import ROOT
+from harness import ROOT, pump_lines, terminate
 
 READY_PREFIX = "TURNOUT_SIDECAR_READY"
 START_TIMEOUT_S = 60.0
@@ -41,16 +40,8 @@ class Sidecar:
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, then the exit status (killed after `timeout`)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        self.pump.join(timeout=10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        terminate(self.process, timeout)
+        _close(self.process, self.pump)
         return self.process.returncode
 
 
@@ -59,14 +50,6 @@ class SidecarFailedToStart(AssertionError):
         super().__init__(f"{message}; output:\n{output}")
         self.returncode = returncode
         self.output = output
-
-
-def _pump(stream: object, sink: queue.Queue[str | None], lines: list[str]) -> None:
-    # Drains the child's output for its whole life, so a chatty child never blocks.
-    for line in stream:  # type: ignore[attr-defined]
-        lines.append(line)
-        sink.put(line)
-    sink.put(None)
 
 
 def launch(repository: Path, *flags: str, framework: str = "onnxruntime") -> Sidecar:
@@ -92,7 +75,7 @@ def launch(repository: Path, *flags: str, framework: str = "onnxruntime") -> Sid
     )
     lines: list[str] = []
     sink: queue.Queue[str | None] = queue.Queue()
-    pump = threading.Thread(target=_pump, args=(process.stdout, sink, lines), daemon=True)
+    pump = threading.Thread(target=pump_lines, args=(process.stdout, sink, lines), daemon=True)
     pump.start()
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
