@@ -17,8 +17,10 @@ tools:
 	    || echo "make tools: no docker-compose (needs apt-get as root); the compose config tests will skip" >&2
 
 # The fleet tests run a real Consul agent: Debian bullseye's, fetched by a project script.
+# dpkg -x keeps the package's own (old) mtime on the binary: touch it, or make refetches every time.
 .tools/consul/usr/bin/consul: scripts/install-consul
 	scripts/install-consul
+	touch $@
 
 # The CPU install: constraints.txt pins torch to its CPU build. GPU machines add the
 # onnxruntime-gpu / tensorrt extras themselves; this install never pulls them.
@@ -37,7 +39,7 @@ test: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy gateway sidecars protos
+	$(VENV)/bin/mypy gateway sidecars protos turnout bench/loadgen
 
 protos: setup
 	$(PY) -m protos.generate

@@ -24,13 +24,12 @@ import onnxruntime as ort
 import tritonclient.grpc.aio as grpcclient
 import tritonclient.http.aio as httpclient
 
-from bench.load import Figures, run_async, run_threads
+from bench.closed_loop import Figures, run_async, run_threads
 from protos import grpc_service_pb2 as pb
 from protos.lane import LaneClient
+from scripts.make_models import write_mlp, write_simple, write_torch_mlp
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-from make_models import write_mlp, write_simple, write_torch_mlp  # noqa: E402
 
 MODELS = {
     "simple": {"INPUT0": ("INT32", (1, 16)), "INPUT1": ("INT32", (1, 16))},
@@ -166,7 +165,7 @@ def main() -> None:
         with_torch = _has_torch() and "mlp" in models
         if with_torch:
             write_torch_mlp(Path(repo), "mlp_torch")
-        gateway_cmd = [sys.executable, "-m", "gateway", "up", f"--model-repository={repo}", "--host=127.0.0.1"]
+        gateway_cmd = [sys.executable, "-m", "turnout", "up", f"--model-repository={repo}", "--host=127.0.0.1"]
         gateway_cmd += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--log-info=false"]
         sidecar_cmd = [sys.executable, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repo}"]
         sidecar_cmd += ["--lane=tcp", "--log-info=false", "--allow-metrics=false"]

@@ -30,11 +30,10 @@ import numpy as np
 import tritonclient.grpc.aio as grpcaio
 from tritonclient.utils import InferenceServerException
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-from make_models import write_linear, write_simple  # noqa: E402
+from bench.fleet import consul_binary, fleet
+from scripts.make_models import write_linear, write_simple
 
-from bench.fleet import consul_binary, fleet  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CLIENT_TIMEOUT_S = 10.0
 
@@ -57,7 +56,7 @@ class Tally:
 
 @contextmanager
 def turnout_up(repository: Path, *flags: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    command = [sys.executable, "-m", "gateway", "up", f"--model-repository={repository}", "--host=127.0.0.1"]
+    command = [sys.executable, "-m", "turnout", "up", f"--model-repository={repository}", "--host=127.0.0.1"]
     command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=5", *flags]
     process = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import tritonclient.grpc.aio as grpcaio
-from make_models import linear_override  # scripts/: bench.faults puts it on sys.path
+
+from scripts.make_models import linear_override
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE, KV_PREFIX = "bench-fleet", "bench-fleet/policies/"
@@ -126,7 +127,7 @@ class Fleet:
         sidecar = [sys.executable, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repository}"]
         sidecar += [*flags, "--exit-timeout-secs=3", "--load-model=simple"]
         self.replicas = [Child(sidecar, "TURNOUT_SIDECAR_READY") for _ in range(2)]
-        gateway = [sys.executable, "-m", "gateway", "gateway", "--host=127.0.0.1", *flags]
+        gateway = [sys.executable, "-m", "turnout", "gateway", "--host=127.0.0.1", *flags]
         gateway += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", f"--routing-kv-prefix={KV_PREFIX}"]
         self.gateway = Child(gateway, "TURNOUT_READY")
         self.address = self.gateway.ready["grpc"]

@@ -11,8 +11,10 @@ RUN python -m venv /opt/turnout
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY protos protos
+COPY turnout turnout
 COPY gateway gateway
 COPY sidecars sidecars
+COPY bench bench
 RUN /opt/turnout/bin/pip install -c constraints.txt ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} ".[pytorch${STORAGE:+,$STORAGE}]"
 
 FROM python:3.11-slim

@@ -8,8 +8,10 @@ RUN python -m venv /opt/turnout
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY protos protos
+COPY turnout turnout
 COPY gateway gateway
 COPY sidecars sidecars
+COPY bench bench
 RUN /opt/turnout/bin/pip install ".[tensorrt${STORAGE:+,$STORAGE}]"
 
 FROM python:3.11-slim

@@ -21,18 +21,18 @@ import grpc
 import uvicorn
 from prometheus_client import CollectorRegistry
 
-from gateway.balancer import Balancer
 from gateway.consul import ConsulClient
 from gateway.core import Gateway
 from gateway.discovery import ConsulRegistry
-from gateway.dispatch import Dispatcher
 from gateway.grpc_front import build_grpc_server
 from gateway.metrics import FleetMetrics, GatewayMetrics, MetricsServer
 from gateway.observability import LogSettings
-from gateway.policies import PolicyStore, read_routing_file, watch_kv
-from gateway.policy import PolicyError
 from gateway.registry import ModelRegistry, StaticRegistry
 from gateway.restrictions import parse_restrictions
+from gateway.routing.dispatch import Dispatcher
+from gateway.routing.policy_sources import PolicyStore, read_routing_file, watch_kv
+from gateway.routing.replicas import Balancer
+from gateway.routing.versions import PolicyError
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
 from gateway.upstream import SidecarClient, SidecarTls
@@ -72,7 +72,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _build_http_app(gateway: Gateway, settings: GatewaySettings) -> ASGIApp:
     # Imported here: the HTTP front is a separate module, and this one must import without it.
-    from gateway.http_front import build_http_app
+    from gateway.http.front import build_http_app
 
     app: ASGIApp = build_http_app(gateway, settings)
     return app

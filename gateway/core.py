@@ -16,17 +16,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from gateway.balancer import Balancer
-from gateway.dispatch import NO_CONTEXT, Dispatcher, RequestContext, with_version
 from gateway.ensemble import ENSEMBLE_FRAMEWORK, Ensembles
 from gateway.fleet import combine_indexes, combine_statistics, on_replicas
 from gateway.metrics import GatewayMetrics
 from gateway.observability import LogSettings, TraceSettings
-from gateway.policies import PolicyStore
 from gateway.registry import ModelRegistry
-from gateway.sequences import sequence_of
+from gateway.routing.dispatch import NO_CONTEXT, Dispatcher, RequestContext, with_version
+from gateway.routing.policy_sources import PolicyStore
+from gateway.routing.replicas import Balancer
+from gateway.routing.sequences import sequence_of
+from gateway.routing.shadows import ShadowMirror
 from gateway.settings import GatewaySettings
-from gateway.shadow import ShadowMirror
 from gateway.shm import SharedMemory
 from gateway.upstream import READY_TIMEOUT_SECS, SidecarClient
 from protos import grpc_service_pb2 as pb

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gateway.balancer import Balancer
 from gateway.consul import ConsulClient, ConsulUnavailable, pause_after_failure
 from gateway.metrics import GatewayMetrics
 from gateway.registry import framework_of_load
+from gateway.routing.replicas import Balancer
 from gateway.upstream import SidecarClient, SidecarTls
 
 logger = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.core import Gateway
-from gateway.dispatch import NO_CONTEXT, RequestContext
 from gateway.restrictions import GRPC_METHOD_GROUPS, Restriction, grpc_refusal
+from gateway.routing.dispatch import NO_CONTEXT, RequestContext
 from protos import grpc_service_pb2 as pb
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE
 from protos.status import GRPC_STATUS, TurnoutError, invalid_arg

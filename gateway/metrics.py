@@ -19,7 +19,7 @@ from protos import grpc_service_pb2 as pb
 from protos.triton_metrics import HOST_FAMILIES, Exposition, HostGauges, MetricsEndpoint, add_statistics, on_loop
 
 if TYPE_CHECKING:
-    from gateway.policy import Decision
+    from gateway.routing.versions import Decision
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ class GatewaySettings:
     # The fleet: discover sidecars in Consul (HOST:PORT of an agent's HTTP API) instead of `sidecars`.
     consul: str = ""
     consul_service: str = "turnout-sidecar"
-    routing_file: str = ""  # YAML routing policies (gateway.policies)
+    routing_file: str = ""  # YAML routing policies (gateway.routing.policy_sources)
     routing_kv_prefix: str = "turnout/routing/"  # Consul KV prefix watched for policies, with `consul`
     routing_seed: int | None = None  # seeds the weighted draws and replica picks; None = from the OS
     # Restricted APIs (gateway.restrictions): Triton's `<api>[,<api>...]:<key>=<value>` specs.

@@ -1,6 +1,6 @@
 """Run Triton's Python client examples against `turnout up` and print PASS/FAIL per script.
 
-    python scripts/run_examples.py DIR [--only NAME ...] [--timeout 120]
+    python -m scripts.run_examples DIR     (from the repository root) [--only NAME ...] [--timeout 120]
 
 DIR holds the examples from Triton's client repository (src/python/examples); they are
 not part of this repository. Two servers start on free ports: one serving the examples'
@@ -16,18 +16,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from harness import turnout_up  # noqa: E402
-from make_models import (  # noqa: E402
+from scripts.make_models import (
     write_example_repository,
     write_identity,
     write_linear,
     write_simple,
     write_simple_string,
 )
+from tests.harness import turnout_up
 
 # Examples that run against the default server (HTTP examples take host:port via -u).
 SERVED = (

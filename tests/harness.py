@@ -7,7 +7,7 @@ line (never on a sleep) and show the process's own output when it fails to start
 from __future__ import annotations
 
 import contextlib
-import importlib.util
+import importlib
 import json
 import os
 import queue
@@ -36,16 +36,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def make_models() -> ModuleType:
-    """scripts/make_models.py, the builders of the ONNX test models (scripts/ is no package)."""
-    name = "turnout_make_models"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "make_models.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """scripts/make_models.py, the builders of the test models."""
+    return importlib.import_module("scripts.make_models")
 
 
 @dataclass
@@ -102,11 +94,11 @@ def turnout_up(
     stop_timeout: float = STOP_TIMEOUT_S,
     env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
-    """Run `python -m gateway up` on `repository` with `flags`; yield once it prints its ready line."""
+    """Run `python -m turnout up` on `repository` with `flags`; yield once it prints its ready line."""
     command = [
         sys.executable,
         "-m",
-        "gateway",
+        "turnout",
         "up",
         f"--model-repository={repository}",
         "--host=127.0.0.1",

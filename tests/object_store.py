@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
-from harness import free_port
+
+from tests.harness import free_port
 
 _RUNNING = re.compile(r"Running on (http://\S+)")
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import click
 import yaml
-from harness import ROOT
 
-from gateway.cli import cli
 from sidecars.__main__ import main as sidecar_main
+from tests.harness import ROOT
+from turnout.cli import cli
 
 COMPOSE_DIR = ROOT / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "docker-compose.yml"

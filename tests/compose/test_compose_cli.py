@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 import pytest
-from compose_spec import (
+
+from tests.compose.compose_spec import (
     COMPOSE_DIR,
     dockerfile_env,
     envvars,

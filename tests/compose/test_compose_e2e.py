@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from compose_spec import Mounts, load_compose, service_argv, service_environment
-from fleet_harness import Consul, Process, consul_agent, free_port, running, spawn, wait_until
+
+from tests.compose.compose_spec import Mounts, load_compose, service_argv, service_environment
+from tests.fleet.fleet_harness import Consul, Process, consul_agent, free_port, running, spawn, wait_until
 
 COMPOSE = load_compose()
 CPU_SIDECARS = sorted(

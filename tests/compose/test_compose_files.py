@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
-from compose_spec import COMPOSE_DIR, COMPOSE_FILE, load_compose
-from harness import ROOT
+
+from tests.compose.compose_spec import COMPOSE_DIR, COMPOSE_FILE, load_compose
+from tests.harness import ROOT
 
 COMPOSE = load_compose()
 DOCKERFILES = sorted(COMPOSE_DIR.glob("*.Dockerfile"))

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from harness import Server, turnout_up, write_repository
+
+from tests.harness import Server, turnout_up, write_repository
 
 DEFAULT_MODELS = (
     "simple",

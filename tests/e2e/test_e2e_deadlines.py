@@ -15,10 +15,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
-from harness import Server, turnout_up, write_repository
 from prometheus_client.parser import text_string_to_metric_families
-from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
+
+from tests.e2e.simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
+from tests.harness import Server, turnout_up, write_repository
 
 HELD_SECS = 1.5  # simple_held's max_queue_delay
 

@@ -11,9 +11,10 @@ import time
 import grpc
 import pytest
 import tritonclient.grpc.aio as grpcaio
-from harness import turnout_up, write_repository
-from simple_requests import check_simple, grpc_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
+
+from tests.e2e.simple_requests import check_simple, grpc_inputs, simple_arrays
+from tests.harness import turnout_up, write_repository
 
 
 def test_sigterm_finishes_accepted_requests_and_refuses_new_ones(tmp_path_factory: pytest.TempPathFactory) -> None:

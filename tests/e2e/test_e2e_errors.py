@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import Server
-from simple_requests import (
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from tests.e2e.simple_requests import (
     assert_grpc_serves,
     assert_http_serves,
     error_of,
@@ -25,8 +27,7 @@ from simple_requests import (
     http_inputs,
     simple_arrays,
 )
-from tritonclient.grpc import service_pb2, service_pb2_grpc
-from tritonclient.utils import InferenceServerException
+from tests.harness import Server
 
 UNKNOWN_ID = "[request id: <id_unknown>] "
 SHAPE_NOTE = (

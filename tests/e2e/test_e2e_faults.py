@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import Server, make_models, onnx_identity_bytes, turnout_up, write_repository
-from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
+
+from tests.e2e.simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
+from tests.harness import Server, make_models, onnx_identity_bytes, turnout_up, write_repository
 
 
 def _children(pid: int) -> list[int]:

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import Server, ServerFailedToStart, make_models, turnout_up
 from tritonclient.utils import InferenceServerException
+
+from tests.harness import Server, ServerFailedToStart, make_models, turnout_up
 
 pytest.importorskip("torch", reason="the PyTorch sidecar needs torch (pip install -c constraints.txt -e '.[pytorch]')")
 

@@ -23,10 +23,11 @@ import grpc
 import httpx
 import pytest
 import tritonclient.grpc as grpcclient
-from harness import Server, turnout_up, write_repository
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from simple_requests import check_simple, grpc_inputs, simple_arrays
+
+from tests.e2e.simple_requests import check_simple, grpc_inputs, simple_arrays
+from tests.harness import Server, turnout_up, write_repository
 
 FUZZ_EXAMPLES = int(os.environ.get("TURNOUT_FUZZ_EXAMPLES", "30"))
 MAX_INPUT = 1 << 20

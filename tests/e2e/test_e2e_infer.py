@@ -15,8 +15,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
-from harness import Server
-from simple_requests import (
+from tritonclient.utils import InferenceServerException
+
+from tests.e2e.simple_requests import (
     check_simple,
     error_of,
     grpc_inputs,
@@ -24,7 +25,7 @@ from simple_requests import (
     simple_arrays,
     string_arrays,
 )
-from tritonclient.utils import InferenceServerException
+from tests.harness import Server
 
 LINEAR_IN = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from harness import Server, eventually, turnout_up, write_repository
 from tritonclient.utils import InferenceServerException
+
+from tests.harness import Server, eventually, turnout_up, write_repository
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from harness import Server
+
+from tests.harness import Server
 
 # Extensions a client of this gateway relies on; Triton lists them in /v2.
 REQUIRED_EXTENSIONS = {

@@ -18,11 +18,12 @@ import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import ROOT, Server, eventually, turnout_up, write_repository
 from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
-from simple_requests import grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
+
+from tests.e2e.simple_requests import grpc_inputs, http_inputs, simple_arrays
+from tests.harness import ROOT, Server, eventually, turnout_up, write_repository
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -133,7 +134,7 @@ def sidecar(repo: Path) -> contextlib.AbstractContextManager[dict[str, str]]:
 
 def gateway(*specs: str) -> contextlib.AbstractContextManager[dict[str, str]]:
     """`turnout gateway` routing to the given sidecars; yields its ready line's fields."""
-    command = [sys.executable, "-m", "gateway", "gateway", "--host=127.0.0.1", "--http-port=0", "--grpc-port=0"]
+    command = [sys.executable, "-m", "turnout", "gateway", "--host=127.0.0.1", "--http-port=0", "--grpc-port=0"]
     command += ["--metrics-port=0", "--exit-timeout-secs=2", *(f"--sidecar={s}" for s in specs)]
     return _ready_process(command, "TURNOUT_READY")
 

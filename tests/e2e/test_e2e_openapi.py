@@ -9,8 +9,9 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from harness import ROOT, Server, turnout_up, write_repository
 from hypothesis import HealthCheck, given, settings
+
+from tests.harness import ROOT, Server, turnout_up, write_repository
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (test extra)")
 

@@ -12,9 +12,10 @@ import httpx
 import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
-from harness import Server, turnout_up, write_repository
-from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
+
+from tests.e2e.simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
+from tests.harness import Server, turnout_up, write_repository
 
 LIMIT = 2
 QUEUE_FULL = "[request id: <id_unknown>] Exceeds maximum queue size"

@@ -16,7 +16,8 @@ import time
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpcaio
-from harness import make_models, turnout_up
+
+from tests.harness import make_models, turnout_up
 
 # Few urgent clients behind many saturating ones: served first, a level-1 request waits for
 # at most the other urgent ones (~4 executions), a level-2 one for the whole queue (~16+).

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import ServerFailedToStart, make_models, turnout_up, write_repository
-from object_store import AWS_VARIABLES, ObjectStore, linear_answer, moto_server, wait_for_poll
-from simple_requests import assert_grpc_serves, assert_http_serves, error_of
+
+from tests.e2e.simple_requests import assert_grpc_serves, assert_http_serves, error_of
+from tests.harness import ServerFailedToStart, make_models, turnout_up, write_repository
+from tests.object_store import AWS_VARIABLES, ObjectStore, linear_answer, moto_server, wait_for_poll
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ def test_up_missing_bucket(store: ObjectStore, tmp_path: Path) -> None:
 def test_scan_picks_frameworks_from_listing_and_configs(
     store: ObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gateway.supervisor import frameworks_in, models_in
+    from turnout.supervisor import frameworks_in, models_in
 
     for name in AWS_VARIABLES:
         monkeypatch.delenv(name, raising=False)

@@ -13,8 +13,16 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
-from harness import Server, onnx_identity_bytes
-from simple_requests import assert_grpc_serves, assert_http_serves, check_simple, error_of, http_inputs, simple_arrays
+
+from tests.e2e.simple_requests import (
+    assert_grpc_serves,
+    assert_http_serves,
+    check_simple,
+    error_of,
+    http_inputs,
+    simple_arrays,
+)
+from tests.harness import Server, onnx_identity_bytes
 
 REFUSED = "explicit model load / unload is not allowed if polling is enabled"
 

@@ -14,11 +14,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from harness import ROOT, Server, turnout_up, write_repository
-from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
 
 from gateway.restrictions import GROUPS, RestrictionError, parse_restrictions
+from tests.e2e.simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
+from tests.harness import ROOT, Server, turnout_up, write_repository
 
 # Copied at each use: tritonclient adds its own headers to the dict it is given.
 ADMIN = {"admin-key": "admin-value"}
@@ -171,7 +171,7 @@ def test_restriction_specs() -> None:
 
 def test_cli_refuses_a_bad_spec() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gateway", "gateway", "--sidecar=onnxruntime=127.0.0.1:1", "--http-restricted-api=x"],
+        [sys.executable, "-m", "turnout", "gateway", "--sidecar=onnxruntime=127.0.0.1:1", "--http-restricted-api=x"],
         cwd=ROOT,
         capture_output=True,
         text=True,

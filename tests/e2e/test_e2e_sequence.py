@@ -18,8 +18,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
-from harness import Server, make_models, turnout_up
 from tritonclient.utils import InferenceServerException
+
+from tests.harness import Server, make_models, turnout_up
 
 IDLE_SECS = 0.3
 OLDEST = "oldest { max_candidate_sequences: 16 max_queue_delay_microseconds: 50000 }"

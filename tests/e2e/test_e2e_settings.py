@@ -7,8 +7,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
-from harness import Server
-from simple_requests import http_inputs, simple_arrays
+
+from tests.e2e.simple_requests import http_inputs, simple_arrays
+from tests.harness import Server
 
 TRACE_DEFAULTS = {
     "trace_level": ["OFF"],

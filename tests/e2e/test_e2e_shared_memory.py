@@ -12,9 +12,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from harness import Server
-from simple_requests import assert_grpc_serves, assert_http_serves, error_of, simple_arrays
 from tritonclient.utils import serialize_byte_tensor, serialized_byte_size
+
+from tests.e2e.simple_requests import assert_grpc_serves, assert_http_serves, error_of, simple_arrays
+from tests.harness import Server
 
 DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 TENSOR_BYTES = 64

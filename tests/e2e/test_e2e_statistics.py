@@ -9,8 +9,16 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
-from harness import Server
-from simple_requests import assert_grpc_serves, assert_http_serves, error_of, grpc_inputs, http_inputs, simple_arrays
+
+from tests.e2e.simple_requests import (
+    assert_grpc_serves,
+    assert_http_serves,
+    error_of,
+    grpc_inputs,
+    http_inputs,
+    simple_arrays,
+)
+from tests.harness import Server
 
 
 def _http_stats(url: str, model: str) -> dict:

@@ -9,8 +9,9 @@ from typing import Any
 
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
-from harness import Server
-from simple_requests import check_simple, grpc_inputs, simple_arrays
+
+from tests.e2e.simple_requests import check_simple, grpc_inputs, simple_arrays
+from tests.harness import Server
 
 
 def test_stream_with_in_band_error(server: Server) -> None:

@@ -16,10 +16,11 @@ import httpx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from harness import ROOT, Server, turnout_up, write_repository
-from pki import Pki
-from simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tritonclient.utils import InferenceServerException
+
+from tests.e2e.simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
+from tests.harness import ROOT, Server, turnout_up, write_repository
+from tests.pki import Pki
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +117,7 @@ def test_tls_flags_are_checked() -> None:
         (["--sidecar-ssl-cert=x"], "--sidecar-ssl-cert and --sidecar-ssl-key go together"),
     ):
         result = subprocess.run(
-            [sys.executable, "-m", "gateway", "gateway", "--sidecar=onnxruntime=127.0.0.1:1", *flags],
+            [sys.executable, "-m", "turnout", "gateway", "--sidecar=onnxruntime=127.0.0.1:1", *flags],
             cwd=ROOT,
             capture_output=True,
             text=True,

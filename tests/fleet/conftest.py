@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleet_harness import Consul, consul_agent
-from harness import write_repository
+
+from tests.fleet.fleet_harness import Consul, consul_agent
+from tests.harness import write_repository
 
 
 @pytest.fixture(scope="session")

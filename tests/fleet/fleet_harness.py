@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import ROOT, free_port, pump_lines, ready_fields, terminate
+
+from tests.harness import ROOT, free_port, pump_lines, ready_fields, terminate
 
 CONSUL = ROOT / ".tools" / "consul" / "usr" / "bin" / "consul"
 START_TIMEOUT_S = 60.0
@@ -173,7 +174,7 @@ def sidecar(consul: str, repository: Path, *flags: str, python: Sequence[str] = 
 
 
 def gateway(consul: str, *flags: str, python: Sequence[str] = (sys.executable,)) -> Process:
-    command = [*python, "-m", "gateway", "gateway", f"--consul={consul}", "--host=127.0.0.1"]
+    command = [*python, "-m", "turnout", "gateway", f"--consul={consul}", "--host=127.0.0.1"]
     command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=3", *flags]
     return spawn(command, "TURNOUT_READY")
 

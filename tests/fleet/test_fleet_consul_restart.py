@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as aioclient
-from fleet_harness import Consul, consul_binary, gateway, running, sidecar, wait_until
 from tritonclient.utils import InferenceServerException
+
+from tests.fleet.fleet_harness import Consul, consul_binary, gateway, running, sidecar, wait_until
 
 CONCURRENCY = 8
 

@@ -11,9 +11,10 @@ import time
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as aioclient
-from fleet_harness import Consul, gateway, running, sidecar, wait_until
-from harness import write_repository
 from tritonclient.utils import InferenceServerException
+
+from tests.fleet.fleet_harness import Consul, gateway, running, sidecar, wait_until
+from tests.harness import write_repository
 
 CONCURRENCY = 16
 

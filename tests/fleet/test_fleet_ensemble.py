@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from fleet_harness import Consul, Process, gateway, running, sidecar, spawn, wait_until
-from harness import make_models, write_repository
+
+from tests.fleet.fleet_harness import Consul, Process, gateway, running, sidecar, spawn, wait_until
+from tests.harness import make_models, write_repository
 
 PAIR = {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}
 INT16 = [("INPUT0", "INT32", [16]), ("INPUT1", "INT32", [16])]

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc.aio as aioclient
-from fleet_harness import Consul, gateway, metric, running, sidecar, wait_until
 from tritonclient.utils import InferenceServerException
+
+from tests.fleet.fleet_harness import Consul, gateway, metric, running, sidecar, wait_until
 
 CONCURRENCY = 32
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from fleet_harness import Consul, gateway, metric, running, sidecar, wait_until
 from tritonclient.utils import InferenceServerException
+
+from tests.fleet.fleet_harness import Consul, gateway, metric, running, sidecar, wait_until
 
 
 def _inputs(datatype: str = "INT32") -> list[grpcclient.InferInput]:

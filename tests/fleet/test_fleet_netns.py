@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from fleet_harness import Consul, consul_binary, gateway, running, sidecar, wait_until
 from tritonclient.utils import InferenceServerException
+
+from tests.fleet.fleet_harness import Consul, consul_binary, gateway, running, sidecar, wait_until
 
 SUBNET = "10.213.77"
 

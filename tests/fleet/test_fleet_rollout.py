@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc.aio as aioclient
-from fleet_harness import Consul, gateway, running, sidecar, wait_until
-from harness import make_models
 from tritonclient.utils import InferenceServerException
+
+from tests.fleet.fleet_harness import Consul, gateway, running, sidecar, wait_until
+from tests.harness import make_models
 
 CONCURRENCY = 16
 STEPS = (0, 25, 50, 75, 100)

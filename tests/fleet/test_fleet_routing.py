@@ -18,8 +18,9 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
-from fleet_harness import Consul, Process, gateway, metric, running, sidecar, wait_until
-from harness import turnout_up
+
+from tests.fleet.fleet_harness import Consul, Process, gateway, metric, running, sidecar, wait_until
+from tests.harness import turnout_up
 
 CONCURRENCY = 64
 
@@ -216,7 +217,7 @@ def test_turnout_up_routing_file(tmp_path: Path, fleet_repository: Path) -> None
 def test_invalid_routing_file_stops_the_start(tmp_path: Path) -> None:
     routing = tmp_path / "routing.yaml"
     routing.write_text("models:\n  linear:\n    weights: {}\n")
-    command = [sys.executable, "-m", "gateway", "gateway", "--sidecar=onnxruntime=127.0.0.1:1", f"--routing={routing}"]
+    command = [sys.executable, "-m", "turnout", "gateway", "--sidecar=onnxruntime=127.0.0.1:1", f"--routing={routing}"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "needs a non-empty 'weights' mapping" in done.stderr

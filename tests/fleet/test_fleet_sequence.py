@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from fleet_harness import Consul, gateway, running, sidecar, wait_until
-from harness import make_models
 from tritonclient.utils import InferenceServerException
+
+from tests.fleet.fleet_harness import Consul, gateway, running, sidecar, wait_until
+from tests.harness import make_models
 
 SERVICE, PREFIX = "sequence-pins", "sequence-pins/policies/"
 

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from fleet_harness import Consul, Process, gateway, running, sidecar, spawn, wait_until
-from pki import Pki
 from tritonclient.utils import InferenceServerException
+
+from tests.fleet.fleet_harness import Consul, Process, gateway, running, sidecar, spawn, wait_until
+from tests.pki import Pki
 
 # A gateway that cannot reach its sidecar answers at once; it never waits on a handshake.
 PROMPT_SECS = 10.0
@@ -69,7 +70,7 @@ def _static_gateway(one: Process, *flags: str, lane: bool = True) -> Process:
     """A gateway routing to `one` alone: over its lane, or (lane=False) over gRPC only."""
     fields = one.fields
     spec = f"onnxruntime={fields['grpc']},{fields['lane'] if lane else ''}"
-    command = [sys.executable, "-m", "gateway", "gateway", f"--sidecar={spec}", "--host=127.0.0.1"]
+    command = [sys.executable, "-m", "turnout", "gateway", f"--sidecar={spec}", "--host=127.0.0.1"]
     command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=3", *flags]
     return spawn(command, "TURNOUT_READY")
 

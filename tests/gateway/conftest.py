@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from gateway_harness import stub_sidecar
 
 from gateway.settings import SidecarAddress
+from tests.gateway.gateway_harness import stub_sidecar
 
 
 @pytest.fixture(scope="module")

@@ -16,17 +16,17 @@ from gateway.app import serve
 from gateway.settings import GatewaySettings, SidecarAddress
 from protos.rpc import MESSAGE_SIZE_OPTIONS
 
-STUB = Path(__file__).with_name("stub_sidecar.py")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
 def stub_sidecar(
     framework: str, *models: str, unloaded: tuple[str, ...] = (), lane: bool = False
 ) -> Iterator[SidecarAddress]:
-    command = [sys.executable, str(STUB), f"--framework={framework}"]
+    command = [sys.executable, "-m", "tests.gateway.stub_sidecar", f"--framework={framework}"]
     command += [f"--model={m}" for m in models] + [f"--unloaded={m}" for m in unloaded]
     command += ["--lane"] if lane else []
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert process.stdout is not None
         line = process.stdout.readline()

@@ -2,7 +2,7 @@
 
 It serves `simple`-like models (OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1,
 INT32 [-1, 16]) under the names given, so registry, routing and shared-memory tests
-need no ONNX runtime. Run as `python tests/gateway/stub_sidecar.py --framework F
+need no ONNX runtime. Run as `python -m tests.gateway.stub_sidecar --framework F
 --model NAME ... [--explicit]`; prints the sidecar ready line.
 """
 
@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
-from pathlib import Path
 
 import grpc
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pbg

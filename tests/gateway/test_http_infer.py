@@ -10,10 +10,10 @@ import zlib
 import numpy as np
 import pytest
 
-from gateway import http_json
-from gateway.http_encoding import compress, decompress, parse_json, response_encoding
-from gateway.http_infer import OutputRendering, header_length, parse_infer_request, raw_binary_request
-from gateway.http_render import render_infer_response
+from gateway.http import messages
+from gateway.http.encoding import compress, decompress, parse_json, response_encoding
+from gateway.http.parsing import OutputRendering, header_length, parse_infer_request, raw_binary_request
+from gateway.http.rendering import render_infer_response
 from protos.grpc_service_pb2 import (
     ModelInferResponse,
     ModelStatisticsResponse,
@@ -388,7 +388,7 @@ def test_model_config_prints_defaults_and_int64_numbers():
     inp = config.input.add(name="INPUT0", dims=[16])
     inp.data_type = 8  # TYPE_INT32
     config.dynamic_batching.max_queue_delay_microseconds = 100
-    document = http_json.model_config(config)
+    document = messages.model_config(config)
     assert document["max_batch_size"] == 16
     assert document["input"][0]["dims"] == [16]
     assert document["input"][0]["data_type"] == "TYPE_INT32"
@@ -400,7 +400,7 @@ def test_statistics_numbers():
     response = ModelStatisticsResponse()
     stats = response.model_stats.add(name="simple", version="1", inference_count=3)
     stats.inference_stats.success.count = 3
-    document = http_json.statistics(response)
+    document = messages.statistics(response)
     entry = document["model_stats"][0]
     assert entry["inference_count"] == 3 and entry["version"] == "1"
     assert entry["inference_stats"]["success"] == {"count": 3, "ns": 0}
@@ -412,7 +412,7 @@ def test_repository_index_entries():
     response.models.add(name="a", version="1", state="READY", reason="")
     response.models.add(name="a", version="2", state="UNAVAILABLE", reason="unloaded")
     response.models.add(name="b")
-    assert http_json.repository_index(response) == [
+    assert messages.repository_index(response) == [
         {"name": "a", "version": "1", "state": "READY"},  # Triton leaves an empty reason out
         {"name": "a", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"},
         {"name": "b"},
@@ -421,11 +421,11 @@ def test_repository_index_entries():
 
 def test_load_request_parameters():
     doc = {"parameters": {"config": '{"max_batch_size":"16"}', "file:1/model.onnx": "AAEC", "other": True}}
-    request = http_json.load_request("m", doc)
+    request = messages.load_request("m", doc)
     assert request.parameters["config"].string_param == '{"max_batch_size":"16"}'
     assert request.parameters["file:1/model.onnx"].bytes_param == b"\x00\x01\x02"
     assert "other" in request.parameters
-    unload = http_json.unload_request("m", {"parameters": {"unload_dependents": True}})
+    unload = messages.unload_request("m", {"parameters": {"unload_dependents": True}})
     assert unload.parameters["unload_dependents"].bool_param is True
 
 
@@ -433,7 +433,7 @@ def test_trace_settings_shapes():
     response = TraceSettingResponse()
     response.settings["trace_level"].value.append("OFF")
     response.settings["trace_rate"].value.append("1000")
-    assert http_json.trace_settings(response) == {"trace_level": ["OFF"], "trace_rate": "1000"}
-    request = http_json.trace_request("m", {"trace_rate": "5", "trace_level": ["TIMESTAMPS"], "trace_count": None})
+    assert messages.trace_settings(response) == {"trace_level": ["OFF"], "trace_rate": "1000"}
+    request = messages.trace_request("m", {"trace_rate": "5", "trace_level": ["TIMESTAMPS"], "trace_count": None})
     assert list(request.settings["trace_rate"].value) == ["5"]
     assert list(request.settings["trace_count"].value) == []

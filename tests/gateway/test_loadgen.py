@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import ROOT, Server, turnout_up, write_repository
+
+from tests.harness import ROOT, Server, turnout_up, write_repository
 
 SHORT = ["--warmup-secs=0.2", "--measurement-interval=200", "--max-trials=3", "--no-progress"]
 
@@ -24,7 +25,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def bench(*flags: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "gateway", "bench", *SHORT, *flags]
+    command = [sys.executable, "-m", "turnout", "bench", *SHORT, *flags]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=90)
 
 

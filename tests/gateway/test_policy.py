@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from gateway.dispatch import with_version
-from gateway.policy import PolicyError, Reason, VersionChooser, parse_policies, parse_policy
+from gateway.routing.dispatch import with_version
+from gateway.routing.versions import PolicyError, Reason, VersionChooser, parse_policies, parse_policy
 from protos import grpc_service_pb2 as pb
 
 

@@ -7,10 +7,10 @@ import urllib.request
 import grpc
 import numpy as np
 import pytest
-from gateway_harness import gateway_settings, running_gateway, stub_sidecar
 
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pbg
+from tests.gateway.gateway_harness import gateway_settings, running_gateway, stub_sidecar
 
 
 def simple_request(model: str = "simple", request_id: str = "") -> pb.ModelInferRequest:

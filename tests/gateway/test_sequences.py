@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.sequences import DEFAULT_IDLE_SECS, PIN_GRACE_SECS, SequenceFlags, SequencePins, sequence_of
+from gateway.routing.sequences import DEFAULT_IDLE_SECS, PIN_GRACE_SECS, SequenceFlags, SequencePins, sequence_of
 from gateway.upstream import SidecarClient
 from protos import grpc_service_pb2 as pb
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gateway_harness import gateway_settings, running_gateway
 
 from gateway.shm import DISABLED, SHM_ROOT, SharedMemory
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pbg
 from protos.status import Status, TurnoutError
+from tests.gateway.gateway_harness import gateway_settings, running_gateway
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import ROOT, ServerFailedToStart, live_children, pid_alive, turnout_up, write_repository
+
+from tests.harness import ROOT, ServerFailedToStart, live_children, pid_alive, turnout_up, write_repository
 
 
 def _wait_until_gone(pids: list[int], timeout: float) -> list[int]:
@@ -56,7 +57,7 @@ def _broken_model(repo: Path) -> None:
 def test_a_model_that_fails_to_load_stops_the_start(tmp_path: Path) -> None:
     repo = write_repository(tmp_path / "repo", ["simple"])
     _broken_model(repo)
-    command = [sys.executable, "-m", "gateway", "up", f"--model-repository={repo}", "--host=127.0.0.1"]
+    command = [sys.executable, "-m", "turnout", "up", f"--model-repository={repo}", "--host=127.0.0.1"]
     command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0"]
     finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert finished.returncode != 0
@@ -94,7 +95,7 @@ def test_a_repository_that_does_not_exist_is_refused(tmp_path: Path) -> None:
 def test_flags_read_the_environment(tmp_path: Path) -> None:
     repo = write_repository(tmp_path / "repo", ["simple"])
     env = dict(os.environ, TURNOUT_UP_MODEL_CONTROL_MODE="explicit")
-    command = [sys.executable, "-m", "gateway", "up", "--help"]
+    command = [sys.executable, "-m", "turnout", "up", "--help"]
     shown = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
     assert shown.returncode == 0
     with turnout_up(repo, env={"TURNOUT_UP_MODEL_CONTROL_MODE": "explicit"}) as server:

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import tritonclient.grpc as grpcclient
-from harness import live_children, pid_alive, turnout_up, write_repository
+
+from tests.harness import live_children, pid_alive, turnout_up, write_repository
 
 
 def _sample(metrics: str, name: str, model: str) -> float | None:

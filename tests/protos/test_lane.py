@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-from pki import Pki
 
 from protos.lane import TLS_HANDSHAKE_TIMEOUT_SECS, LaneClient, LaneServer
 from protos.status import Status, TurnoutError
+from tests.pki import Pki
 
 
 async def _handler(view: memoryview, request_id: str) -> bytes:

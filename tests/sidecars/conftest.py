@@ -6,8 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import make_models
-from sidecar_harness import DATATYPES, LABELS, Sidecar, running
+
+from tests.harness import make_models
+from tests.sidecars.sidecar_harness import DATATYPES, LABELS, Sidecar, running
 
 
 def write_scalar(repo: Path, name: str) -> None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from harness import ROOT, pump_lines, terminate
+
+from tests.harness import ROOT, pump_lines, terminate
 
 READY_PREFIX = "TURNOUT_SIDECAR_READY"
 START_TIMEOUT_S = 60.0

@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from harness import make_models
-from object_store import (
+from tritonclient.utils import InferenceServerException
+
+from tests.harness import make_models
+from tests.object_store import (
     AWS_VARIABLES,
     GCS_VARIABLES,
     ObjectStore,
@@ -20,8 +22,7 @@ from object_store import (
     moto_server,
     wait_for_poll,
 )
-from sidecar_harness import SidecarFailedToStart, launch, running, simple_inputs
-from tritonclient.utils import InferenceServerException
+from tests.sidecars.sidecar_harness import SidecarFailedToStart, launch, running, simple_inputs
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,9 @@ import asyncio
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as aioclient
-from sidecar_harness import Sidecar, simple_inputs
 from tritonclient.utils import InferenceServerException
+
+from tests.sidecars.sidecar_harness import Sidecar, simple_inputs
 
 
 async def infer_many(url: str, model: str, count: int, **kwargs: object) -> list[object]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from sidecar_harness import DATATYPES, LABELS, Sidecar
 from tritonclient.utils import triton_to_np_dtype
+
+from tests.sidecars.sidecar_harness import DATATYPES, LABELS, Sidecar
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from google.protobuf import text_format
-from harness import make_models
-from sidecar_harness import Sidecar, running, simple_inputs
 
 from protos import model_config_pb2 as mc
 from sidecars.onnxruntime.providers import CPU, CUDA, TENSORRT, instance_devices, place
+from tests.harness import make_models
+from tests.sidecars.sidecar_harness import Sidecar, running, simple_inputs
 
 GPU = "instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]"
 TENSORRT_EP = 'optimization { execution_accelerators { gpu_execution_accelerator: [ { name: "tensorrt" } ] } }'

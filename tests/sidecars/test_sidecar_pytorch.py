@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from harness import make_models
-from sidecar_harness import Sidecar, running
 from tritonclient.utils import InferenceServerException
+
+from tests.harness import make_models
+from tests.sidecars.sidecar_harness import Sidecar, running
 
 pytest.importorskip("torch", reason="the PyTorch sidecar needs torch (pip install -c constraints.txt -e '.[pytorch]')")
 

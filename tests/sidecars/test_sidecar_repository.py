@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from harness import make_models
-from sidecar_harness import Sidecar, SidecarFailedToStart, launch, running, simple_inputs
 from tritonclient.utils import InferenceServerException
+
+from tests.harness import make_models
+from tests.sidecars.sidecar_harness import Sidecar, SidecarFailedToStart, launch, running, simple_inputs
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from sidecar_harness import Sidecar, simple_inputs
 from tritonclient.utils import InferenceServerException
+
+from tests.sidecars.sidecar_harness import Sidecar, simple_inputs
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import importlib.util
 
 import pytest
 from google.protobuf import text_format
-from sidecar_harness import SidecarFailedToStart, launch
 
 from protos import model_config_pb2 as mc
 from protos.status import TurnoutError
@@ -21,6 +20,7 @@ from sidecars.tensorrt.engine import (
     choose_profile,
     grown_capacity,
 )
+from tests.sidecars.sidecar_harness import SidecarFailedToStart, launch
 
 SMALL = Profile((1, 16), (4, 16), (8, 16))
 LARGE = Profile((9, 16), (32, 16), (64, 16))

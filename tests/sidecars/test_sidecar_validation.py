@@ -8,9 +8,10 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from sidecar_harness import Sidecar, simple_inputs
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+
+from tests.sidecars.sidecar_harness import Sidecar, simple_inputs
 
 NOTE = (
     " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to"

@@ -16,12 +16,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive
 
-from gateway import http_json
-from gateway.dispatch import RequestContext
-from gateway.http_encoding import compress, decompress, json_compact, parse_json, response_encoding
-from gateway.http_infer import INFER_HEADER, OutputRendering, header_length, parse_infer_request, raw_binary_request
-from gateway.http_render import render_infer_response
+from gateway.http import messages
+from gateway.http.encoding import compress, decompress, json_compact, parse_json, response_encoding
+from gateway.http.parsing import INFER_HEADER, OutputRendering, header_length, parse_infer_request, raw_binary_request
+from gateway.http.rendering import render_infer_response
 from gateway.restrictions import Restriction, http_refusal, parse_restrictions
+from gateway.routing.dispatch import RequestContext
 from gateway.settings import GatewaySettings
 from protos.grpc_service_pb2 import (
     CudaSharedMemoryStatusRequest,
@@ -230,7 +230,7 @@ class HttpFront:
     async def _server(self, request: Request, kind: str | None) -> Response:
         _need(request, "GET")
         if kind is None:
-            return _json(http_json.server_metadata(self._gateway.server_metadata()))
+            return _json(messages.server_metadata(self._gateway.server_metadata()))
         ok = await (self._gateway.server_live() if kind == "live" else self._gateway.server_ready())
         return _empty(200 if ok else 400)
 
@@ -251,15 +251,15 @@ class HttpFront:
             return _error("Model version not ready", 400)
         if kind == "config":
             response = await self._gateway.model_config(ModelConfigRequest(name=name, version=version))
-            return _json(http_json.model_config(response.config))
+            return _json(messages.model_config(response.config))
         if kind == "stats":
             return await self._statistics(name, version)
         metadata = await self._gateway.model_metadata(ModelMetadataRequest(name=name, version=version))
-        return _json(http_json.model_metadata(metadata))
+        return _json(messages.model_metadata(metadata))
 
     async def _statistics(self, name: str, version: str) -> Response:
         response = await self._gateway.model_statistics(ModelStatisticsRequest(name=name, version=version))
-        return _json(http_json.statistics(response))
+        return _json(messages.statistics(response))
 
     async def _infer(self, request: Request, name: str, version: str) -> Response:
         body = decompress(
@@ -318,11 +318,11 @@ class HttpFront:
                     raise internal("Unable to parse 'ready': attempt to access JSON non-boolean as boolean")
                 index.ready = ready
             response = await self._gateway.repository_index(index)
-            return _json(http_json.repository_index(response))
+            return _json(messages.repository_index(response))
         if action == "load":
-            await self._gateway.load_model(http_json.load_request(model, document))
+            await self._gateway.load_model(messages.load_request(model, document))
         else:
-            await self._gateway.unload_model(http_json.unload_request(model, document))
+            await self._gateway.unload_model(messages.unload_request(model, document))
         return _empty()
 
     # --- shared memory ---
@@ -331,12 +331,12 @@ class HttpFront:
         if action == "status":
             _need(request, "GET")
             status = self._gateway.system_shm_status(SystemSharedMemoryStatusRequest(name=region))
-            return _json(http_json.system_shm_status(status))
+            return _json(messages.system_shm_status(status))
         _need(request, "POST")
         if action == "register":
             if not region:
                 raise invalid_arg("'region name' is necessary to register system shared memory region")
-            self._gateway.system_shm_register(http_json.system_shm_register(region, await _document(request)))
+            self._gateway.system_shm_register(messages.system_shm_register(region, await _document(request)))
         else:
             self._gateway.system_shm_unregister(SystemSharedMemoryUnregisterRequest(name=region))
         return _empty()
@@ -345,12 +345,12 @@ class HttpFront:
         if action == "status":
             _need(request, "GET")
             status = self._gateway.cuda_shm_status(CudaSharedMemoryStatusRequest(name=region))
-            return _json(http_json.cuda_shm_status(status))
+            return _json(messages.cuda_shm_status(status))
         _need(request, "POST")
         if action == "register":
             if not region:
                 raise invalid_arg("'region name' is necessary to register cuda shared memory region")
-            self._gateway.cuda_shm_register(http_json.cuda_shm_register(region, await _document(request)))
+            self._gateway.cuda_shm_register(messages.cuda_shm_register(region, await _document(request)))
         else:
             self._gateway.cuda_shm_unregister(CudaSharedMemoryUnregisterRequest(name=region))
         return _empty()
@@ -362,16 +362,16 @@ class HttpFront:
         if request.method == "GET":
             trace = TraceSettingRequest(model_name=model)
         else:
-            trace = http_json.trace_request(model, await _document(request))
-        return _json(http_json.trace_settings(self._gateway.trace_setting(trace)))
+            trace = messages.trace_request(model, await _document(request))
+        return _json(messages.trace_settings(self._gateway.trace_setting(trace)))
 
     async def _logging(self, request: Request) -> Response:
         _need(request, "GET", "POST")
         get = request.method == "GET"
-        log = LogSettingsRequest() if get else http_json.log_request(await _document(request))
+        log = LogSettingsRequest() if get else messages.log_request(await _document(request))
         answer = self._gateway.log_settings(log)
         await self._gateway.forward_log_settings(log)
-        return _json(http_json.log_settings(answer))
+        return _json(messages.log_settings(answer))
 
 
 def build_http_app(gateway: Gateway, settings: GatewaySettings) -> Starlette:

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from gateway.consul import ConsulClient, ConsulUnavailable, pause_after_failure
-from gateway.policy import ModelPolicy, PolicyError, parse_policies, parse_policy
+from gateway.routing.versions import ModelPolicy, PolicyError, parse_policies, parse_policy
 
 logger = logging.getLogger(__name__)
 

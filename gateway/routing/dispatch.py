@@ -13,12 +13,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from gateway.balancer import Balancer
 from gateway.metrics import GatewayMetrics
-from gateway.policies import PolicyStore
-from gateway.policy import Decision, Reason, VersionChooser
 from gateway.registry import ModelRegistry
-from gateway.sequences import Pin, SequenceFlags, SequencePins
+from gateway.routing.policy_sources import PolicyStore
+from gateway.routing.replicas import Balancer
+from gateway.routing.sequences import Pin, SequenceFlags, SequencePins
+from gateway.routing.versions import Decision, Reason, VersionChooser
 from gateway.upstream import SidecarClient, SidecarUnreachable
 from protos.status import not_found, unavailable
 

@@ -12,8 +12,8 @@ import asyncio
 import logging
 import time
 
-from gateway.dispatch import Dispatcher
 from gateway.metrics import GatewayMetrics
+from gateway.routing.dispatch import Dispatcher
 from protos import grpc_service_pb2 as pb
 from protos.status import TurnoutError
 

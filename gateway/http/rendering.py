@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.http_encoding import json_compact
-from gateway.http_infer import OutputRendering
+from gateway.http.encoding import json_compact
+from gateway.http.parsing import OutputRendering
 from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferResponse
 from protos.status import internal, invalid_arg

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -137,6 +137,45 @@ def _model_repositories(ctx: click.Context, param: click.Parameter, values: tupl
     return values
 
 
+def _sidecar_arguments(
+    *,
+    model_repositories: Sequence[str],
+    model_control_mode: str,
+    exit_on_error: bool,
+    strict_readiness: bool,
+    repository_poll_secs: float,
+    disable_auto_complete_config: bool,
+    backend_configs: Sequence[str],
+    exit_timeout_secs: float,
+    log_verbose: int,
+    log_info: bool = True,
+    log_warning: bool = True,
+    log_error: bool = True,
+    log_format: str = "default",
+    log_file: str = "",
+) -> list[str]:
+    """The sidecar flags every sidecar of a `turnout up` shares, from `up`'s own."""
+    arguments = [f"--model-repository={r}" for r in model_repositories]
+    arguments += [
+        f"--model-control-mode={model_control_mode}",
+        f"--repository-poll-secs={repository_poll_secs}",
+        f"--exit-timeout-secs={exit_timeout_secs}",
+        f"--log-verbose={log_verbose}",
+        f"--log-info={log_info}",
+        f"--log-warning={log_warning}",
+        f"--log-error={log_error}",
+        f"--log-format={log_format}",
+        f"--log-file={log_file}",
+        "--metrics-port=0",
+        "--exit-on-error" if exit_on_error else "--no-exit-on-error",
+        "--strict-readiness" if strict_readiness else "--no-strict-readiness",
+    ]
+    arguments += [f"--backend-config={c}" for c in backend_configs]
+    if disable_auto_complete_config:
+        arguments.append("--disable-auto-complete-config")
+    return arguments
+
+
 def _sidecar_tls_arguments(flags: dict[str, Any]) -> list[str]:
     """`turnout up` with TLS to its sidecars: they serve --sidecar-ssl-cert and want it back
     from the gateway, signed by --sidecar-ssl-root-cert (mutual TLS under one root). So the
@@ -202,9 +241,9 @@ def up(
     **flags: Any,
 ) -> None:
     """Serve a model repository: the gateway plus one sidecar per framework it needs."""
-    from gateway.supervisor import Supervisor, sidecar_arguments
+    from turnout.supervisor import Supervisor
 
-    arguments = sidecar_arguments(
+    arguments = _sidecar_arguments(
         model_repositories=model_repositories,
         model_control_mode=flags["model_control_mode"],
         exit_on_error=exit_on_error,
@@ -277,7 +316,7 @@ def bench(ctx: click.Context) -> None:
     """Measure a Triton-protocol server under load (see `turnout bench --help`)."""
     # The load tool is a client with its own dependencies (tritonclient[all]); it is
     # imported only when asked for, so a server-only install runs everything else.
-    from gateway.loadgen.command import bench as command
+    from bench.loadgen.command import bench as command
 
     command.main(args=ctx.args, prog_name="turnout bench", auto_envvar_prefix="TURNOUT_BENCH")
 

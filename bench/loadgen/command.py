@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 from tritonclient.utils import InferenceServerException
 
-from gateway.loadgen.load import LoadSettings, Point, Target, measure
-from gateway.loadgen.report import plot, table, to_csv, to_json
+from bench.loadgen.load import LoadSettings, Point, Target, measure
+from bench.loadgen.report import plot, table, to_csv, to_json
 
 
 def _range(text: str) -> list[int]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from gateway.loadgen.load import Point
+from bench.loadgen.load import Point
 
 COLUMNS = (
     ("concurrency", "Conc", "{:d}"),

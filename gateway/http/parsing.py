@@ -1,5 +1,5 @@
 """HTTP inference requests: Triton's JSON/binary request body -> ModelInferRequest, and
-how the response must render each output (gateway/http_render.py writes it).
+how the response must render each output (gateway/http/rendering.py writes it).
 
 This is the one conversion HTTP pays; nothing here imports starlette or decodes
 binary tensors (binary inputs travel as slices of the received body).
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.http_encoding import parse_json
+from gateway.http.encoding import parse_json
 from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferRequest
 from protos.status import TurnoutError, internal, invalid_arg

@@ -1,0 +1,3 @@
+from turnout.cli import main
+
+main()
