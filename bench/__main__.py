@@ -27,6 +27,7 @@ import tritonclient.http.aio as httpclient
 from bench.closed_loop import Figures, run_async, run_threads
 from protos import grpc_service_pb2 as pb
 from protos.lane import LaneClient
+from protos.ready import GATEWAY_READY, SIDECAR_READY, parse_ready
 from scripts.make_models import write_mlp, write_simple, write_torch_mlp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,11 +171,11 @@ def main() -> None:
         sidecar_cmd = [sys.executable, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repo}"]
         sidecar_cmd += ["--lane=tcp", "--log-info=false", "--allow-metrics=false"]
         with (
-            _process(gateway_cmd, "TURNOUT_READY") as (ready, gateway_pid),
-            _process(sidecar_cmd, "TURNOUT_SIDECAR_READY") as (sidecar_ready, _),
+            _process(gateway_cmd, GATEWAY_READY) as (ready, gateway_pid),
+            _process(sidecar_cmd, SIDECAR_READY) as (sidecar_ready, _),
         ):
-            fields = dict(part.split("=", 1) for part in ready.split()[1:])
-            lane = dict(part.split("=", 1) for part in sidecar_ready.split()[1:])["lane"]
+            fields = parse_ready(ready, GATEWAY_READY) or {}
+            lane = (parse_ready(sidecar_ready, SIDECAR_READY) or {})["lane"]
             for model in models:
                 arrays = _inputs(model, rng)
                 with (

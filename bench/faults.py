@@ -20,8 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,10 +29,10 @@ import numpy as np
 import tritonclient.grpc.aio as grpcaio
 from tritonclient.utils import InferenceServerException
 
-from bench.fleet import consul_binary, fleet
+from bench.fleet import fleet
 from scripts.make_models import write_linear, write_simple
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.fleet.fleet_harness import consul_binary
+from tests.harness import turnout_up
 
 CLIENT_TIMEOUT_S = 10.0
 
@@ -52,32 +51,6 @@ class Tally:
             return None
         later = [answered for sent, answered in self.successes if sent >= since]
         return min(later) - since if later else None
-
-
-@contextmanager
-def turnout_up(repository: Path, *flags: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    command = [sys.executable, "-m", "turnout", "up", f"--model-repository={repository}", "--host=127.0.0.1"]
-    command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=5", *flags]
-    process = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
-    )
-    assert process.stdout is not None
-    grpc_address = ""
-    for line in process.stdout:
-        if line.startswith("TURNOUT_READY"):
-            grpc_address = dict(p.split("=", 1) for p in line.split()[1:])["grpc"]
-            break
-    if not grpc_address:
-        raise SystemExit(f"turnout up exited with {process.wait()} before it was ready")
-    try:
-        yield process, grpc_address
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def sidecar_of(pid: int) -> int:
@@ -175,17 +148,17 @@ def main() -> None:
             repository, name="simple_held", extra_config="dynamic_batching { max_queue_delay_microseconds: 200000 }"
         )
         for name in ("baseline", "sidecar SIGKILL (restarted)", "sidecar SIGSTOP 2 s"):
-            with turnout_up(repository) as (process, address):
-                fault = scenarios(process)[name]
-                tally, since = asyncio.run(drive(address, "simple", args.concurrency, args.seconds, fault))
+            with turnout_up(repository) as server:
+                fault = scenarios(server.process)[name]
+                tally, since = asyncio.run(drive(server.grpc, "simple", args.concurrency, args.seconds, fault))
                 rows.append((name, tally, tally.recovery(since)))
         # Overload: many more clients than the gateway lets in flight, on a model that holds requests.
-        with turnout_up(repository, "--sidecar-max-inflight=4") as (process, address):
+        with turnout_up(repository, "--sidecar-max-inflight=4") as server:
 
             async def burst() -> float | None:
                 return None
 
-            tally, _ = asyncio.run(drive(address, "simple_held", args.concurrency * 8, args.seconds, burst))
+            tally, _ = asyncio.run(drive(server.grpc, "simple_held", args.concurrency * 8, args.seconds, burst))
             rows.append((f"overload: {args.concurrency * 8} clients, limit 4", tally, None))
         write_linear(repository)
         consul = consul_binary()
@@ -193,7 +166,7 @@ def main() -> None:
             print("no consul binary (scripts/install-consul): the fleet rows are skipped", file=sys.stderr)
         for index in range(4 if consul else 0):
             # A fresh fleet per row, so each fault starts from two healthy replicas.
-            with fleet(str(consul), repository) as running:
+            with fleet(consul, repository) as running:
                 name, (model, fault) = list(running.faults().items())[index]
                 tally, since = asyncio.run(drive(running.address, model, args.concurrency, args.seconds, fault))
                 rows.append((name, tally, tally.recovery(since)))

@@ -25,7 +25,8 @@ from gateway.consul import ConsulClient
 from gateway.core import Gateway
 from gateway.discovery import ConsulRegistry
 from gateway.grpc_front import build_grpc_server
-from gateway.metrics import FleetMetrics, GatewayMetrics, MetricsServer
+from gateway.metrics import GatewayMetrics
+from gateway.metrics_port import FleetMetrics, MetricsServer
 from gateway.observability import LogSettings
 from gateway.registry import ModelRegistry, StaticRegistry
 from gateway.restrictions import parse_restrictions
@@ -36,6 +37,7 @@ from gateway.routing.versions import PolicyError
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
 from gateway.upstream import SidecarClient, SidecarTls
+from protos.ready import GATEWAY_READY, ready_line
 from protos.rpc import server_credentials
 
 if TYPE_CHECKING:
@@ -43,7 +45,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-READY_PREFIX = "TURNOUT_READY"
 FIRST_DISCOVERY_SECS = 5.0  # how long start-up waits for Consul's first answer
 
 
@@ -190,7 +191,7 @@ async def serve(
                 http_task = tasks.create_task(http_server.serve(sockets=[http_socket]))
                 while not http_server.started and not http_task.done():
                     await asyncio.sleep(0.01)
-            print(" ".join([READY_PREFIX, *(f"{k}={v}" for k, v in addresses.items())]), flush=True)
+            print(ready_line(GATEWAY_READY, **addresses), flush=True)
             if on_ready is not None:
                 on_ready(addresses)
 

@@ -16,65 +16,36 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from gateway.context import NO_CONTEXT, RequestContext
 from gateway.ensemble import ENSEMBLE_FRAMEWORK, Ensembles
 from gateway.fleet import combine_indexes, combine_statistics, on_replicas
 from gateway.metrics import GatewayMetrics
 from gateway.observability import LogSettings, TraceSettings
 from gateway.registry import ModelRegistry
-from gateway.routing.dispatch import NO_CONTEXT, Dispatcher, RequestContext, with_version
+from gateway.routing.dispatch import Dispatcher, with_version
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
-from gateway.routing.sequences import sequence_of
 from gateway.routing.shadows import ShadowMirror
 from gateway.settings import GatewaySettings
-from gateway.shm import SharedMemory
+from gateway.shm import SharedMemory, uses_shared_memory
 from gateway.upstream import READY_TIMEOUT_SECS, SidecarClient
 from protos import grpc_service_pb2 as pb
+from protos.identity import GATEWAY_EXTENSIONS, server_metadata
 from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, fill_log_response, log_updates, request_id_parameter
+from protos.sequence import sequence_of
 from protos.status import Status, TurnoutError, invalid_arg, not_found, unavailable, unsupported
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SERVER_NAME = "triton"
-SERVER_VERSION = "2.73.0"  # the Triton protocol level we match
-# Only what works end to end: no cuda_shared_memory or generate.
-EXTENSIONS = (
-    "classification",
-    "sequence",
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
-    "model_configuration",
-    "system_shared_memory",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-    "trace",
-    "logging",
-)
-
 SERVER_EXITING = "Server exiting"
 LOAD_NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
 REPOSITORY_NAME_UNSUPPORTED = "'repository_name' specification is not supported"
 
-SHM_REGION = "shared_memory_region"
-SHM_BYTE_SIZE = "shared_memory_byte_size"
-SHM_OFFSET = "shared_memory_offset"
-_SHM_KEYS = (SHM_REGION, SHM_BYTE_SIZE, SHM_OFFSET)
-
 
 def unknown_model(name: str) -> TurnoutError:
     return not_found(f"Request for unknown model: '{name}' is not found")
-
-
-def uses_shared_memory(request: pb.ModelInferRequest) -> bool:
-    """Whether any input or requested output names a shared-memory region."""
-    for tensor in request.inputs:
-        if SHM_REGION in tensor.parameters:
-            return True
-    return any(SHM_REGION in tensor.parameters for tensor in request.outputs)
 
 
 class Gateway:
@@ -104,7 +75,7 @@ class Gateway:
         self._draining = False
         self._request_prefix = os.urandom(4).hex()  # ids unique to this gateway process
         self._request_count = 0
-        self._metadata = pb.ServerMetadataResponse(name=SERVER_NAME, version=SERVER_VERSION, extensions=EXTENSIONS)
+        self._metadata = server_metadata(GATEWAY_EXTENSIONS)
 
     # --- lifecycle --------------------------------------------------------------
 
@@ -219,75 +190,16 @@ class Gateway:
     async def _infer_resolved(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:
         """Infer with shared-memory tensors resolved: input regions become raw contents,
         output regions receive the raw outputs, which leave the response empty."""
-        forward, targets = self._read_shared_memory(request, version)
+        forward, targets = self._shm.resolve_request(request, version)
         encoded = await self._dispatcher.send(request.model_name, version, forward.SerializeToString(), context)
-        return self._write_shared_memory(encoded, targets)
+        return self._shm.write_outputs(encoded, targets)
 
     async def _infer_ensemble(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:
         """An ensemble runs in the gateway; its boundary tensors may be in shared memory."""
         if not uses_shared_memory(request):
             return await self.ensembles.infer(request, version, context)
-        forward, targets = self._read_shared_memory(request, version)
-        return self._write_shared_memory(await self.ensembles.infer(forward, version, context), targets)
-
-    def _read_shared_memory(
-        self, request: pb.ModelInferRequest, version: str
-    ) -> tuple[pb.ModelInferRequest, dict[str, tuple[str, int, int]]]:
-        """The request with its input regions read into raw contents and its output
-        regions stripped; returns it and the output regions, by output name."""
-        self._shm.check_enabled()
-        forward = pb.ModelInferRequest()
-        forward.CopyFrom(request)
-        forward.model_version = version
-        del forward.raw_input_contents[:]
-        received = request.raw_input_contents
-        next_raw = 0
-        # Raw contents belong, in order, to the inputs that have neither contents nor
-        # shared memory; a region's bytes take the slot of the input they fill.
-        for tensor in forward.inputs:
-            params = tensor.parameters
-            if SHM_REGION in params:
-                if tensor.HasField("contents"):
-                    raise invalid_arg(
-                        f"unexpected 'content' provided when using shared memory for input tensor "
-                        f"'{tensor.name}' for model '{request.model_name}'"
-                    )
-                region, offset, byte_size = _shm_parameters(tensor.name, params)
-                forward.raw_input_contents.append(self._shm.read(region, offset, byte_size))
-                _strip_shm(params)
-            elif tensor.HasField("contents"):
-                continue
-            elif next_raw < len(received):
-                forward.raw_input_contents.append(received[next_raw])
-                next_raw += 1
-        # Surplus raw contents stay, so the sidecar words the error.
-        forward.raw_input_contents.extend(received[next_raw:])
-
-        targets: dict[str, tuple[str, int, int]] = {}
-        for output in forward.outputs:
-            params = output.parameters
-            if SHM_REGION in params:
-                region, offset, byte_size = _shm_parameters(output.name, params)
-                self._shm.check_output(region, offset, byte_size)
-                targets[output.name] = (region, offset, byte_size)
-                _strip_shm(params)
-        return forward, targets
-
-    def _write_shared_memory(self, encoded: bytes, targets: dict[str, tuple[str, int, int]]) -> bytes:
-        """Write the outputs that have a region there, leaving their raw contents empty."""
-        if not targets:
-            return encoded
-        response = pb.ModelInferResponse.FromString(encoded)
-        raw = response.raw_output_contents
-        for index, output in enumerate(response.outputs):
-            target = targets.get(output.name)
-            if target is None or index >= len(raw):
-                continue
-            region, offset, byte_size = target
-            self._shm.write(output.name, region, offset, byte_size, raw[index])
-            raw[index] = b""
-        serialized: bytes = response.SerializeToString()
-        return serialized
+        forward, targets = self._shm.resolve_request(request, version)
+        return self._shm.write_outputs(await self.ensembles.infer(forward, version, context), targets)
 
     # --- statistics and repository --------------------------------------------------
 
@@ -474,30 +386,3 @@ class Gateway:
             else:
                 answers.append(result)
         return answers
-
-
-def _parameter_int(params: Any, key: str) -> int | None:
-    if key not in params:
-        return None
-    value = params[key]
-    choice = value.WhichOneof("parameter_choice")
-    if choice in ("int64_param", "uint64_param"):
-        return int(getattr(value, choice))
-    raise invalid_arg(f"invalid value type for '{key}' parameter, expected int64_param or uint64_param.")
-
-
-def _shm_parameters(tensor: str, params: Any) -> tuple[str, int, int]:
-    region_param = params[SHM_REGION]
-    if region_param.WhichOneof("parameter_choice") != "string_param":
-        raise invalid_arg(f"invalid value type for '{SHM_REGION}' parameter, expected string_param.")
-    byte_size = _parameter_int(params, SHM_BYTE_SIZE)
-    if byte_size is None:
-        raise invalid_arg(f"'{SHM_BYTE_SIZE}' must be specified with '{SHM_REGION}' for tensor '{tensor}'")
-    offset = _parameter_int(params, SHM_OFFSET) or 0
-    return str(region_param.string_param), offset, byte_size
-
-
-def _strip_shm(params: Any) -> None:
-    for key in _SHM_KEYS:
-        if key in params:
-            del params[key]

@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -100,10 +100,12 @@ class ConsulRegistry:
         balancer: Balancer,
         metrics: GatewayMetrics,
         tls: SidecarTls | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`tls`: how to reach TLS replicas, and that plain ones are refused; None reaches
-        TLS replicas trusting the system's CAs."""
+        TLS replicas trusting the system's CAs. `clock` times the rejoin grace (injected in tests)."""
         self._consul = consul
+        self._clock = clock
         self._tls = tls
         self._refused: set[str] = set()  # plain replicas already logged as refused
         self._service = service
@@ -182,9 +184,9 @@ class ConsulRegistry:
                 continue
             if failures:
                 logger.info("discovery: consul answers again")
-                rejoin_until = time.monotonic() + REJOIN_GRACE_SECS
+                rejoin_until = self._clock() + REJOIN_GRACE_SECS
             failures = 0
-            rejoining = time.monotonic() < rejoin_until
+            rejoining = self._clock() < rejoin_until
             self._apply(entries or [], keep_missing=rejoining)
             self._first.set()
             if index == 0 or rejoining:

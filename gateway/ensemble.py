@@ -12,9 +12,10 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from gateway.context import RequestContext
 from gateway.ensemble_plan import Plan, Step, build_plan, check_step_configs
 from gateway.registry import ModelRegistry
-from gateway.routing.dispatch import Dispatcher, RequestContext
+from gateway.routing.dispatch import Dispatcher
 from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc

@@ -18,12 +18,13 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gateway.context import NO_CONTEXT, RequestContext
 from gateway.core import Gateway
 from gateway.restrictions import GRPC_METHOD_GROUPS, Restriction, grpc_refusal
-from gateway.routing.dispatch import NO_CONTEXT, RequestContext
 from protos import grpc_service_pb2 as pb
-from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE
-from protos.status import GRPC_STATUS, TurnoutError, invalid_arg
+from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE, abort_call
+from protos.status import TurnoutError, invalid_arg
+from protos.wire import length_delimited
 
 logger = logging.getLogger(__name__)
 
@@ -45,22 +46,13 @@ def _final_response_suffix() -> bytes:
 
 
 _FINAL_RESPONSE = _final_response_suffix()
-_INFER_RESPONSE_TAG = b"\x12"  # ModelStreamInferResponse.infer_response: field 2, length-delimited
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+_INFER_RESPONSE_FIELD = pb.ModelStreamInferResponse.INFER_RESPONSE_FIELD_NUMBER
 
 
 def stream_response(infer_response: bytes) -> bytes:
     """A serialized ModelStreamInferResponse holding a serialized ModelInferResponse."""
     body = infer_response + _FINAL_RESPONSE
-    return _INFER_RESPONSE_TAG + _varint(len(body)) + body
+    return length_delimited(_INFER_RESPONSE_FIELD, body)
 
 
 def stream_error(message: str, request_id: str) -> bytes:
@@ -110,7 +102,7 @@ def _carries(context: grpc.aio.ServicerContext, restriction: Restriction) -> boo
 
 
 def guarded(name: str, gateway: Gateway, handler: Handler, restriction: Restriction | None = None) -> Handler:
-    """The one error wrapper: TurnoutError -> its gRPC status and text, anything else -> INTERNAL.
+    """The one error wrapper (protos.rpc.abort_call: Triton's status and text, else INTERNAL).
     A `restriction` (gateway.restrictions) refuses calls without its metadata first."""
     refuse_while_draining = name not in _ANSWERED_WHILE_DRAINING
 
@@ -121,13 +113,10 @@ def guarded(name: str, gateway: Gateway, handler: Handler, restriction: Restrict
             await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
         try:
             return await handler(request, context)
-        except TurnoutError as exc:
-            await context.abort(GRPC_STATUS[exc.status], exc.message)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
+        except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            logger.exception("%s failed", name)
-            await context.abort(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
+            await abort_call(context, exc, name, logger)
 
     call.turnout_guarded = True  # type: ignore[attr-defined]
     call.__qualname__ = f"guarded.{name}"
@@ -147,13 +136,10 @@ def guarded_stream(
         try:
             async for response in handler(requests, context):
                 yield response
-        except TurnoutError as exc:
-            await context.abort(GRPC_STATUS[exc.status], exc.message)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
+        except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            logger.exception("%s failed", name)
-            await context.abort(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
+            await abort_call(context, exc, name, logger)
 
     call.turnout_guarded = True  # type: ignore[attr-defined]
     call.__qualname__ = f"guarded.{name}"

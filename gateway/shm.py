@@ -1,4 +1,5 @@
-"""Client shared memory: the regions clients register, and copying tensors in and out.
+"""Client shared memory: the regions clients register, and an inference's tensors
+resolved against them (inputs read into the request, outputs written from the response).
 
 System regions are files under /dev/shm that the client created (the key, without
 its leading slash, names the file). CUDA regions are not available on this server.
@@ -11,6 +12,7 @@ import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from protos import grpc_service_pb2 as pb
 from protos.status import Status, TurnoutError, internal, invalid_arg, not_found, unsupported
@@ -18,6 +20,19 @@ from protos.status import Status, TurnoutError, internal, invalid_arg, not_found
 DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 SHM_ROOT = Path("/dev/shm")
+
+SHM_REGION = "shared_memory_region"
+SHM_BYTE_SIZE = "shared_memory_byte_size"
+SHM_OFFSET = "shared_memory_offset"
+_SHM_KEYS = (SHM_REGION, SHM_BYTE_SIZE, SHM_OFFSET)
+
+
+def uses_shared_memory(request: pb.ModelInferRequest) -> bool:
+    """Whether any input or requested output names a shared-memory region."""
+    for tensor in request.inputs:
+        if SHM_REGION in tensor.parameters:
+            return True
+    return any(SHM_REGION in tensor.parameters for tensor in request.outputs)
 
 
 @dataclass
@@ -139,6 +154,67 @@ class SharedMemory:
         start = region.offset + offset
         region.memory[start : start + len(data)] = data
 
+    # --- an inference's tensors ----------------------------------------------------
+
+    def resolve_request(
+        self, request: pb.ModelInferRequest, version: str
+    ) -> tuple[pb.ModelInferRequest, dict[str, tuple[str, int, int]]]:
+        """A copy of `request` for `version` with its input regions read into raw contents
+        and its output regions stripped; returns it and the output regions, by output name."""
+        self.check_enabled()
+        forward = pb.ModelInferRequest()
+        forward.CopyFrom(request)
+        forward.model_version = version
+        del forward.raw_input_contents[:]
+        received = request.raw_input_contents
+        next_raw = 0
+        # Raw contents belong, in order, to the inputs that have neither contents nor
+        # shared memory; a region's bytes take the slot of the input they fill.
+        for tensor in forward.inputs:
+            params = tensor.parameters
+            if SHM_REGION in params:
+                if tensor.HasField("contents"):
+                    raise invalid_arg(
+                        f"unexpected 'content' provided when using shared memory for input tensor "
+                        f"'{tensor.name}' for model '{request.model_name}'"
+                    )
+                region, offset, byte_size = _shm_parameters(tensor.name, params)
+                forward.raw_input_contents.append(self.read(region, offset, byte_size))
+                _strip_shm(params)
+            elif tensor.HasField("contents"):
+                continue
+            elif next_raw < len(received):
+                forward.raw_input_contents.append(received[next_raw])
+                next_raw += 1
+        # Surplus raw contents stay, so the sidecar words the error.
+        forward.raw_input_contents.extend(received[next_raw:])
+
+        targets: dict[str, tuple[str, int, int]] = {}
+        for output in forward.outputs:
+            params = output.parameters
+            if SHM_REGION in params:
+                region, offset, byte_size = _shm_parameters(output.name, params)
+                self.check_output(region, offset, byte_size)
+                targets[output.name] = (region, offset, byte_size)
+                _strip_shm(params)
+        return forward, targets
+
+    def write_outputs(self, encoded: bytes, targets: dict[str, tuple[str, int, int]]) -> bytes:
+        """Write the outputs that have a region there, leaving their raw contents empty."""
+        if not targets:
+            return encoded
+        response = pb.ModelInferResponse.FromString(encoded)
+        raw = response.raw_output_contents
+        for index, output in enumerate(response.outputs):
+            target = targets.get(output.name)
+            if target is None or index >= len(raw):
+                continue
+            region, offset, byte_size = target
+            self.write(output.name, region, offset, byte_size, raw[index])
+            raw[index] = b""
+        serialized: bytes = response.SerializeToString()
+        return serialized
+
     # --- CUDA shared memory -------------------------------------------------------
 
     def cuda_status(self, name: str) -> pb.CudaSharedMemoryStatusResponse:
@@ -152,3 +228,30 @@ class SharedMemory:
 
     def cuda_unregister(self, name: str) -> None:
         self.check_enabled()  # nothing can be registered, so there is nothing to release
+
+
+def _parameter_int(params: Any, key: str) -> int | None:
+    if key not in params:
+        return None
+    value = params[key]
+    choice = value.WhichOneof("parameter_choice")
+    if choice in ("int64_param", "uint64_param"):
+        return int(getattr(value, choice))
+    raise invalid_arg(f"invalid value type for '{key}' parameter, expected int64_param or uint64_param.")
+
+
+def _shm_parameters(tensor: str, params: Any) -> tuple[str, int, int]:
+    region_param = params[SHM_REGION]
+    if region_param.WhichOneof("parameter_choice") != "string_param":
+        raise invalid_arg(f"invalid value type for '{SHM_REGION}' parameter, expected string_param.")
+    byte_size = _parameter_int(params, SHM_BYTE_SIZE)
+    if byte_size is None:
+        raise invalid_arg(f"'{SHM_BYTE_SIZE}' must be specified with '{SHM_REGION}' for tensor '{tensor}'")
+    offset = _parameter_int(params, SHM_OFFSET) or 0
+    return str(region_param.string_param), offset, byte_size
+
+
+def _strip_shm(params: Any) -> None:
+    for key in _SHM_KEYS:
+        if key in params:
+            del params[key]

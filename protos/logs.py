@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from protos.status import invalid_arg
+from protos.wire import length_delimited
 
 # The request being served in this task ("" outside one); set by the gateway per
 # inference and by the sidecar from what the gateway passed.
@@ -246,15 +247,6 @@ def fill_log_response(current: Mapping[str, LogValue], response: object) -> None
 def request_id_parameter(request_id: str) -> bytes:
     """The serialized `parameters` entry {REQUEST_ID_PARAMETER: string_param=request_id} of a
     ModelInferRequest: appended to a serialized request, protobuf merges it in (no re-encode)."""
-
-    def field(tag: int, data: bytes) -> bytes:
-        length, head = len(data), bytearray([tag])
-        while length > 0x7F:
-            head.append(length & 0x7F | 0x80)
-            length >>= 7
-        head.append(length)
-        return bytes(head) + data
-
-    value = field(0x1A, request_id.encode())  # InferParameter.string_param = 3
-    entry = field(0x0A, REQUEST_ID_PARAMETER.encode()) + field(0x12, value)  # key = 1, value = 2
-    return field(0x22, entry)  # ModelInferRequest.parameters = 4
+    value = length_delimited(3, request_id.encode())  # InferParameter.string_param = 3
+    entry = length_delimited(1, REQUEST_ID_PARAMETER.encode()) + length_delimited(2, value)  # map key = 1, value = 2
+    return length_delimited(4, entry)  # ModelInferRequest.parameters = 4

@@ -1,10 +1,15 @@
-"""The gRPC service both processes serve: its name, its methods, channel limits and TLS credentials."""
+"""The gRPC service both processes serve: its name, its methods, channel limits, TLS
+credentials, and the one error ladder every RPC of either server ends through."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import NoReturn
 
 import grpc
+
+from protos.status import TurnoutError
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -67,3 +72,15 @@ def server_credentials(cert: str, key: str, root: str, mutual: bool) -> grpc.Ser
     roots = read(root) if root else None
     pair = (read(key), read(cert))
     return grpc.ssl_server_credentials([pair], root_certificates=roots, require_client_auth=mutual)
+
+
+async def abort_call(context: grpc.aio.ServicerContext, error: Exception, method: str, log: logging.Logger) -> NoReturn:
+    """End an RPC that raised `error`: a TurnoutError with its gRPC status and Triton's
+    text; anything else is logged on `log` (the serving process's) and ends as INTERNAL
+    with its text. Callers let CancelledError and grpc.aio.AbortError pass: those already
+    end the call. The server keeps serving either way."""
+    if isinstance(error, TurnoutError):
+        await context.abort(error.grpc_status, error.message)
+    log.error("%s failed", method, exc_info=error)
+    await context.abort(grpc.StatusCode.INTERNAL, str(error) or type(error).__name__)
+    raise AssertionError("unreachable: context.abort raises")

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from protos.remote import RemoteError, check_extra, is_remote, parse_location
+from protos.flags import model_repositories
 from sidecars.process import run
 from sidecars.runtime import RUNTIMES
 from sidecars.settings import ControlMode, SidecarSettings
@@ -25,19 +25,6 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _model_repositories(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
-    """Folders as given; an s3:// or gs:// URL must parse and have its filesystem installed."""
-    for value in values:
-        if not is_remote(value):
-            click.Path(file_okay=False).convert(value, param, ctx)
-            continue
-        try:
-            check_extra(parse_location(value))
-        except RemoteError as exc:
-            raise click.BadParameter(str(exc), ctx, param) from exc
-    return values
-
-
 @click.command(context_settings={"auto_envvar_prefix": "TURNOUT_SIDECAR", "show_default": True})
 @click.option("--framework", required=True, type=click.Choice(sorted(RUNTIMES)))
 @click.option(
@@ -46,7 +33,7 @@ def _model_repositories(ctx: click.Context, param: click.Parameter, values: tupl
     envvar="TURNOUT_SIDECAR_MODEL_REPOSITORY",
     required=True,
     multiple=True,
-    callback=_model_repositories,
+    callback=model_repositories(must_exist=False),
     help="a folder, s3://[host:port/]bucket/path or gs://bucket/path; repeatable; a model name may appear in only one",
 )
 @click.option("--host", default="127.0.0.1")

@@ -17,6 +17,7 @@ import grpc
 
 from protos.lane import LaneServer
 from protos.logs import LogSettings
+from protos.ready import SIDECAR_READY, ready_line
 from protos.rpc import MESSAGE_SIZE_OPTIONS, server_credentials
 from protos.triton_metrics import MetricsEndpoint, on_loop
 from sidecars.metrics import SidecarMetrics
@@ -28,7 +29,6 @@ from sidecars.settings import ControlMode, SidecarSettings
 
 log = logging.getLogger("sidecars")
 
-READY_LINE = "TURNOUT_SIDECAR_READY grpc={host}:{port} lane={lane} framework={framework} metrics={metrics}"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -141,8 +141,12 @@ async def serve(settings: SidecarSettings) -> int:
         render = on_loop(SidecarMetrics(manager).render, loop)
         metrics = MetricsEndpoint(settings.host, settings.metrics_port, render)
         metrics_address = f"{settings.host}:{metrics.port}"
-    ready = READY_LINE.format(
-        host=settings.host, port=port, lane=lane_address, framework=settings.framework, metrics=metrics_address
+    ready = ready_line(
+        SIDECAR_READY,
+        grpc=f"{settings.host}:{port}",
+        lane=lane_address,
+        framework=settings.framework,
+        metrics=metrics_address,
     )
     print(ready, flush=True)
     registration, registering = _start_registration(settings, manager, port, lane_address, metrics)

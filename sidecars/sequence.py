@@ -19,12 +19,13 @@ from typing import Any
 import numpy as np
 
 from protos import model_config_pb2 as mc
+from protos.sequence import SequenceFlags
 from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import Status, TurnoutError, invalid_arg, unavailable
 from sidecars.batcher import BackendFailure, Result
 from sidecars.runtime import ModelInstance
 from sidecars.sequence_config import FILLER, Row, SequenceTensors
-from sidecars.validation import SequenceFlags, ValidRequest
+from sidecars.validation import ValidRequest
 
 log = logging.getLogger(__name__)
 

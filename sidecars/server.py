@@ -15,8 +15,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
+from protos.identity import SIDECAR_EXTENSIONS, server_metadata
 from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_response, log_updates
-from protos.rpc import METHODS
+from protos.rpc import METHODS, abort_call
 from protos.status import TurnoutError, invalid_arg, not_found, unavailable, unsupported
 from sidecars.batcher import BackendFailure
 from sidecars.config import parse_override
@@ -27,19 +28,6 @@ from sidecars.validation import validate
 
 log = logging.getLogger(__name__)
 
-SERVER_NAME = "triton"
-SERVER_VERSION = "2.73.0"
-EXTENSIONS = (
-    "classification",
-    "sequence",
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
-    "model_configuration",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-)
 _NO_SHM = "client shared memory is handled by the turnout gateway, not by a sidecar"
 
 Request = TypeVar("Request")
@@ -49,19 +37,16 @@ Response = TypeVar("Response")
 def rpc(
     method: Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]],
 ) -> Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]]:
-    """The one error wrapper: TurnoutError -> its gRPC status and Triton's text; anything
-    else -> INTERNAL with its text. The server keeps serving either way."""
+    """The one error wrapper: every RPC ends through protos.rpc.abort_call."""
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Request, context: grpc.aio.ServicerContext) -> Response:
         try:
             return await method(self, request, context)
-        except TurnoutError as exc:
-            await context.abort(exc.grpc_status, exc.message)
+        except grpc.aio.AbortError:
+            raise
         except Exception as exc:
-            log.exception("unexpected error in %s", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
-        raise AssertionError("unreachable: context.abort raises")
+            await abort_call(context, exc, method.__name__, log)
 
     wrapper.error_wrapped = True  # type: ignore[attr-defined]
     return wrapper
@@ -75,11 +60,10 @@ def _stream_rpc(
         try:
             async for response in method(self, requests, context):
                 yield response
-        except TurnoutError as exc:
-            await context.abort(exc.grpc_status, exc.message)
+        except grpc.aio.AbortError:
+            raise
         except Exception as exc:
-            log.exception("unexpected error in %s", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, str(exc) or type(exc).__name__)
+            await abort_call(context, exc, method.__name__, log)
 
     wrapper.error_wrapped = True  # type: ignore[attr-defined]
     return wrapper
@@ -111,7 +95,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
 
     @rpc
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
-        return pb.ServerMetadataResponse(name=SERVER_NAME, version=SERVER_VERSION, extensions=EXTENSIONS)
+        return server_metadata(SIDECAR_EXTENSIONS)
 
     @rpc
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:

@@ -12,6 +12,7 @@ from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME, DataType
+from protos.sequence import SequenceFlags, read_sequence
 from protos.status import TurnoutError, invalid_arg, unsupported
 
 
@@ -58,19 +59,6 @@ class Signature:
 class RequestedOutput:
     name: str
     class_count: int  # 0 = the tensor itself, k > 0 = top-k classification strings
-
-
-@dataclass(frozen=True)
-class SequenceFlags:
-    """A request's `sequence_id` (0 or "" when it gave none) and its START and END flags."""
-
-    id: int | str
-    start: bool
-    end: bool
-
-
-# Triton refuses longer string correlation ids when the request is built.
-MAX_STRING_SEQUENCE_ID = 128
 
 
 @dataclass
@@ -205,36 +193,8 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     priority = _uint_parameter(parameters["priority"]) if "priority" in parameters else 0
     timeout = _uint_parameter(parameters["timeout"]) if "timeout" in parameters else None
     key.sort()
-    sequence = _sequence_flags(parameters) if "sequence_id" in parameters or "sequence_start" in parameters else None
+    sequence = read_sequence(parameters) if "sequence_id" in parameters or "sequence_start" in parameters else None
     return ValidRequest(request.id, inputs, batch_size, tuple(key), outputs, priority, timeout, sequence)
-
-
-def _sequence_flags(parameters: Any) -> SequenceFlags:
-    """The sequence parameters with Triton's texts for wrong types; gRPC sends ids as
-    int64 or string, our HTTP front as uint64 when they do not fit an int64."""
-    sequence_id: int | str = 0
-    if "sequence_id" in parameters:
-        parameter = parameters["sequence_id"]
-        which = parameter.WhichOneof("parameter_choice")
-        if which == "string_param":
-            text: str = parameter.string_param
-            if len(text) > MAX_STRING_SEQUENCE_ID:
-                raise unsupported("string correlation ID cannot be longer than 128 characters")
-            sequence_id = text
-        elif which in ("int64_param", "uint64_param"):
-            sequence_id = getattr(parameter, which) % 2**64  # Triton reads an int64 id as uint64
-        else:
-            raise invalid_arg("invalid value type for 'sequence_id' parameter, expected int64_param or string_param.")
-    return SequenceFlags(sequence_id, _flag(parameters, "sequence_start"), _flag(parameters, "sequence_end"))
-
-
-def _flag(parameters: Any, key: str) -> bool:
-    if key not in parameters:
-        return False
-    parameter = parameters[key]
-    if parameter.WhichOneof("parameter_choice") != "bool_param":
-        raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
-    return bool(parameter.bool_param)
 
 
 def _no_data(name: str, model: str) -> TurnoutError:

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from protos.ready import GATEWAY_READY, parse_ready
+
 ROOT = Path(__file__).resolve().parent.parent
-READY_PREFIX = "TURNOUT_READY"
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 
@@ -79,11 +80,6 @@ def pump_lines(stream: object, sink: queue.Queue[str | None], lines: list[str]) 
         lines.append(line)
         sink.put(line)
     sink.put(None)
-
-
-def ready_fields(line: str) -> dict[str, str]:
-    """The key=value fields of a ready line."""
-    return dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
 
 
 @contextlib.contextmanager
@@ -142,7 +138,7 @@ def _wait_ready(
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise ServerFailedToStart(f"no {READY_PREFIX} line within {timeout:.0f}s; output:\n{''.join(lines)}")
+            raise ServerFailedToStart(f"no {GATEWAY_READY} line within {timeout:.0f}s; output:\n{''.join(lines)}")
         try:
             line = sink.get(timeout=remaining)
         except queue.Empty:
@@ -150,8 +146,8 @@ def _wait_ready(
         if line is None:
             code = process.wait(timeout=10)
             raise ServerFailedToStart(f"turnout up exited with {code} before it was ready; output:\n{''.join(lines)}")
-        if line.startswith(READY_PREFIX):
-            fields = ready_fields(line)
+        fields = parse_ready(line, GATEWAY_READY)
+        if fields is not None:
             missing = {"http", "grpc", "metrics"} - fields.keys()
             if missing:
                 raise ServerFailedToStart(f"ready line lacks {sorted(missing)}: {line!r}")

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from gateway.settings import GatewaySettings, SidecarAddress
-from protos.remote import RemoteError, check_extra, is_remote, parse_location
+from protos.flags import model_repositories
 
 # Triton spells booleans `--flag=true|false`; a bare `--flag` means true.
 _BOOL: dict[str, Any] = {"type": click.BOOL, "is_flag": False, "flag_value": True, "show_default": True}
@@ -124,19 +124,6 @@ def _gateway_settings(sidecars: tuple[SidecarAddress, ...], **flags: Any) -> Gat
     return GatewaySettings(sidecars=sidecars, **{k: v for k, v in flags.items() if k in keys})
 
 
-def _model_repositories(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
-    """Folders must exist; an s3:// or gs:// URL must parse and have its filesystem installed."""
-    for value in values:
-        if not is_remote(value):
-            click.Path(exists=True, file_okay=False).convert(value, param, ctx)
-            continue
-        try:
-            check_extra(parse_location(value))
-        except RemoteError as exc:
-            raise click.BadParameter(str(exc), ctx, param) from exc
-    return values
-
-
 def _sidecar_arguments(
     *,
     model_repositories: Sequence[str],
@@ -210,7 +197,7 @@ def cli() -> None:
     envvar="TURNOUT_UP_MODEL_REPOSITORY",
     multiple=True,
     required=True,
-    callback=_model_repositories,
+    callback=model_repositories(must_exist=True),
     help="Triton model repository: a folder, s3://[host:port/]bucket/path or gs://bucket/path (repeatable).",
 )
 @click.option(

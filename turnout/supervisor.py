@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from gateway.settings import GatewaySettings, SidecarAddress
+from protos.ready import SIDECAR_READY, parse_ready
 from turnout.scan import frameworks_in, models_in, startup_loads
 
 log = logging.getLogger("turnout.supervisor")
 
-READY_PREFIX = "TURNOUT_SIDECAR_READY"
 _PR_SET_PDEATHSIG = 1
 # A child that dies sooner than this after its start counts as crash-looping: its next
 # restart waits longer, doubling up to the cap.
@@ -132,8 +132,8 @@ class Supervisor:
         child.started = time.monotonic()
         assert process.stdout is not None
         for line in process.stdout:
-            if line.startswith(READY_PREFIX):
-                fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+            fields = parse_ready(line, SIDECAR_READY)
+            if fields is not None:
                 child.address = fields["grpc"]
                 child.lane = "" if fields.get("lane", "off") == "off" else fields["lane"]
                 child.metrics = "" if fields.get("metrics", "off") == "off" else fields["metrics"]

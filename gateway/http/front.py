@@ -16,12 +16,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive
 
+from gateway.context import RequestContext
 from gateway.http import messages
 from gateway.http.encoding import compress, decompress, json_compact, parse_json, response_encoding
 from gateway.http.parsing import INFER_HEADER, OutputRendering, header_length, parse_infer_request, raw_binary_request
 from gateway.http.rendering import render_infer_response
 from gateway.restrictions import Restriction, http_refusal, parse_restrictions
-from gateway.routing.dispatch import RequestContext
 from gateway.settings import GatewaySettings
 from protos.grpc_service_pb2 import (
     CudaSharedMemoryStatusRequest,

@@ -10,50 +10,28 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
+from gateway.context import RequestContext
 from gateway.metrics import GatewayMetrics
 from gateway.registry import ModelRegistry
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
-from gateway.routing.sequences import Pin, SequenceFlags, SequencePins
+from gateway.routing.sequences import Pin, SequencePins
 from gateway.routing.versions import Decision, Reason, VersionChooser
 from gateway.upstream import SidecarClient, SidecarUnreachable
+from protos import grpc_service_pb2 as pb
+from protos.sequence import SequenceFlags
 from protos.status import not_found, unavailable
+from protos.wire import length_delimited
 
-_MODEL_VERSION_TAG = b"\x12"  # field 2 (model_version), wire type 2 (length-delimited)
+_MODEL_VERSION_FIELD = pb.ModelInferRequest.MODEL_VERSION_FIELD_NUMBER
 DEFAULT_BUDGET_SECS = 30.0  # failover stops here when the client set no deadline
-
-
-@dataclass(frozen=True)
-class RequestContext:
-    """What a front end passes beside the request: its headers (HTTP) or metadata (gRPC),
-    lower-cased, and the client's deadline on the time.monotonic() clock, if any; the
-    gateway adds the request's sequence, if it belongs to one."""
-
-    headers: Mapping[str, str] = field(default_factory=dict)
-    deadline: float | None = None
-    sequence: SequenceFlags | None = None
-
-
-NO_CONTEXT = RequestContext()
 
 
 def with_version(encoded: bytes, version: str) -> bytes:
     """`encoded` (a serialized ModelInferRequest) with its model_version set to `version`."""
-    data = version.encode()
-    length = len(data)
-    varint = bytearray()
-    while True:
-        byte = length & 0x7F
-        length >>= 7
-        if length:
-            varint.append(byte | 0x80)
-        else:
-            varint.append(byte)
-            break
-    return encoded + _MODEL_VERSION_TAG + bytes(varint) + data
+    return encoded + length_delimited(_MODEL_VERSION_FIELD, version.encode())
 
 
 class Dispatcher:

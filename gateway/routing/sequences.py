@@ -14,10 +14,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from gateway.upstream import SidecarClient
 from protos import grpc_service_pb2 as pb
+from protos.sequence import SequenceFlags
 from protos.status import TurnoutError
 
 logger = logging.getLogger(__name__)
@@ -29,40 +29,6 @@ DEFAULT_IDLE_SECS = 1.0
 # the replica that timed the sequence out and gets Triton's answer from it.
 PIN_GRACE_SECS = 1.0
 CONFIG_TIMEOUT_SECS = 5.0
-
-
-@dataclass(frozen=True)
-class SequenceFlags:
-    """A request's non-zero `sequence_id` and its START and END flags."""
-
-    id: int | str
-    start: bool
-    end: bool
-
-
-def sequence_of(request: pb.ModelInferRequest) -> SequenceFlags | None:
-    """The request's sequence, or None for requests outside one (no or zero id, or an id
-    of the wrong type, which the sidecar answers with Triton's text). Costs one empty-map
-    check for requests without parameters."""
-    parameters = request.parameters
-    if not parameters or "sequence_id" not in parameters:
-        return None
-    parameter = parameters["sequence_id"]
-    which = parameter.WhichOneof("parameter_choice")
-    sequence_id: int | str
-    if which == "string_param":
-        sequence_id = parameter.string_param
-    elif which in ("int64_param", "uint64_param"):
-        sequence_id = getattr(parameter, which) % 2**64
-    else:
-        return None
-    if sequence_id in (0, ""):
-        return None
-    return SequenceFlags(sequence_id, _flag(parameters, "sequence_start"), _flag(parameters, "sequence_end"))
-
-
-def _flag(parameters: Any, key: str) -> bool:
-    return key in parameters and bool(parameters[key].bool_param)
 
 
 @dataclass

@@ -17,6 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from protos.ready import GATEWAY_READY, SIDECAR_READY
 from tests.compose.compose_spec import Mounts, load_compose, service_argv, service_environment
 from tests.fleet.fleet_harness import Consul, Process, consul_agent, free_port, running, spawn, wait_until
 
@@ -84,12 +85,12 @@ def test_compose_topology_serves_tritonclient(consul: Consul) -> None:
         )
         for name in CPU_SIDECARS
     }
-    sidecars = [_start(name, sidecar_env[name], "TURNOUT_SIDECAR_READY") for name in CPU_SIDECARS]
+    sidecars = [_start(name, sidecar_env[name], SIDECAR_READY) for name in CPU_SIDECARS]
     with running(*sidecars):
         for name in CPU_SIDECARS:  # the compose health check, as Docker would run it
             assert _healthcheck(name, sidecar_env[name]) == 0, name
         gateway_env = _environment("gateway", consul, http_port="0", grpc_port="0", metrics_port="0")
-        gateway = _start("gateway", gateway_env, "TURNOUT_READY")
+        gateway = _start("gateway", gateway_env, GATEWAY_READY)
         with running(gateway):
             http = httpclient.InferenceServerClient(gateway.fields["http"])
             grpc = grpcclient.InferenceServerClient(gateway.fields["grpc"])

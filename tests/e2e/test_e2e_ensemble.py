@@ -21,9 +21,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from test_e2e_frameworks import sidecar_pid
 from tritonclient.utils import InferenceServerException
 
+from tests.e2e.test_e2e_frameworks import sidecar_pid
 from tests.harness import Server, make_models, turnout_up
 
 pytest.importorskip("torch", reason="the PyTorch sidecar needs torch (pip install -c constraints.txt -e '.[pytorch]')")

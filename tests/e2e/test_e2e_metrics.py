@@ -22,6 +22,7 @@ from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from protos.ready import GATEWAY_READY, SIDECAR_READY, parse_ready
 from tests.e2e.simple_requests import grpc_inputs, http_inputs, simple_arrays
 from tests.harness import ROOT, Server, eventually, turnout_up, write_repository
 
@@ -110,8 +111,9 @@ def _ready_process(command: list[str], ready_prefix: str) -> Iterator[dict[str, 
     assert process.stdout is not None
     try:
         for line in process.stdout:
-            if line.startswith(ready_prefix):
-                yield dict(part.split("=", 1) for part in line.split()[1:])
+            fields = parse_ready(line, ready_prefix)
+            if fields is not None:
+                yield fields
                 break
         else:
             raise AssertionError(f"{command[2]} exited with {process.wait()} before it was ready")
@@ -129,14 +131,14 @@ def sidecar(repo: Path) -> contextlib.AbstractContextManager[dict[str, str]]:
     """One `python -m sidecars` process; yields the fields of its ready line."""
     command = [sys.executable, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repo}"]
     command += ["--metrics-port=0", "--lane=tcp", "--exit-timeout-secs=2"]
-    return _ready_process(command, "TURNOUT_SIDECAR_READY")
+    return _ready_process(command, SIDECAR_READY)
 
 
 def gateway(*specs: str) -> contextlib.AbstractContextManager[dict[str, str]]:
     """`turnout gateway` routing to the given sidecars; yields its ready line's fields."""
     command = [sys.executable, "-m", "turnout", "gateway", "--host=127.0.0.1", "--http-port=0", "--grpc-port=0"]
     command += ["--metrics-port=0", "--exit-timeout-secs=2", *(f"--sidecar={s}" for s in specs)]
-    return _ready_process(command, "TURNOUT_READY")
+    return _ready_process(command, GATEWAY_READY)
 
 
 def infer_simple(url: str, model: str = "simple", request_id: str = "") -> None:

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness import ROOT, free_port, pump_lines, ready_fields, terminate
+from protos.ready import GATEWAY_READY, SIDECAR_READY, parse_ready
+from tests.harness import ROOT, free_port, pump_lines, terminate
 
 CONSUL = ROOT / ".tools" / "consul" / "usr" / "bin" / "consul"
 START_TIMEOUT_S = 60.0
@@ -105,8 +106,9 @@ def spawn(command: Sequence[str], ready_prefix: str | None, timeout: float = STA
         if line is None:
             running.stop()
             raise AssertionError(f"{command[:4]} exited with {process.returncode}:\n{running.output()}")
-        if line.startswith(ready_prefix):
-            running.fields = ready_fields(line)
+        fields = parse_ready(line, ready_prefix)
+        if fields is not None:
+            running.fields = fields
             return running
 
 
@@ -170,13 +172,13 @@ class Consul:
 def sidecar(consul: str, repository: Path, *flags: str, python: Sequence[str] = (sys.executable,)) -> Process:
     command = [*python, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repository}"]
     command += [f"--consul={consul}", "--exit-timeout-secs=3", *flags]
-    return spawn(command, "TURNOUT_SIDECAR_READY")
+    return spawn(command, SIDECAR_READY)
 
 
 def gateway(consul: str, *flags: str, python: Sequence[str] = (sys.executable,)) -> Process:
     command = [*python, "-m", "turnout", "gateway", f"--consul={consul}", "--host=127.0.0.1"]
     command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=3", *flags]
-    return spawn(command, "TURNOUT_READY")
+    return spawn(command, GATEWAY_READY)
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from protos.ready import SIDECAR_READY
 from tests.fleet.fleet_harness import Consul, Process, gateway, running, sidecar, spawn, wait_until
 from tests.harness import make_models, write_repository
 
@@ -35,7 +36,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _ensemble_sidecar(consul: Consul, repository: Path, service: str) -> Process:
     command = [sys.executable, "-m", "sidecars", "--framework=ensemble", f"--model-repository={repository}"]
     command += [f"--consul={consul.http}", f"--consul-service={service}", "--exit-timeout-secs=3"]
-    return spawn(command, "TURNOUT_SIDECAR_READY")
+    return spawn(command, SIDECAR_READY)
 
 
 def _twice(client: grpcclient.InferenceServerClient) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from protos.ready import SIDECAR_READY
 from tests.fleet.fleet_harness import Consul, free_port, gateway, registered_models, running, sidecar, spawn, wait_until
 
 
@@ -113,6 +114,6 @@ def test_load_and_unload_reach_every_replica(consul: Consul, fleet_repository: P
 def test_turnout_sidecar_command_takes_consul(consul: Consul, fleet_repository: Path) -> None:
     command = [sys.executable, "-m", "turnout", "sidecar", "--framework=onnxruntime"]
     command += [f"--model-repository={fleet_repository}", f"--consul={consul.http}", "--consul-service=reg-cli"]
-    one = spawn(command, "TURNOUT_SIDECAR_READY")
+    one = spawn(command, SIDECAR_READY)
     with running(one):
         wait_until(lambda: consul.services("reg-cli"), 15, "turnout sidecar's registration")

@@ -20,6 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from protos.ready import GATEWAY_READY, SIDECAR_READY
 from tests.fleet.fleet_harness import Consul, Process, gateway, running, sidecar, spawn, wait_until
 from tests.pki import Pki
 
@@ -55,7 +56,7 @@ def _tls_sidecar(repository: Path, pki: Pki, *flags: str) -> Process:
     command = [sys.executable, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repository}"]
     command += [f"--grpc-server-cert={pki.server_cert}", f"--grpc-server-key={pki.server_key}"]
     command += [f"--grpc-root-cert={pki.ca}", "--exit-timeout-secs=3", *flags]
-    return spawn(command, "TURNOUT_SIDECAR_READY")
+    return spawn(command, SIDECAR_READY)
 
 
 @pytest.fixture(scope="module", params=["tcp", "unix"])
@@ -72,7 +73,7 @@ def _static_gateway(one: Process, *flags: str, lane: bool = True) -> Process:
     spec = f"onnxruntime={fields['grpc']},{fields['lane'] if lane else ''}"
     command = [sys.executable, "-m", "turnout", "gateway", f"--sidecar={spec}", "--host=127.0.0.1"]
     command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=3", *flags]
-    return spawn(command, "TURNOUT_READY")
+    return spawn(command, GATEWAY_READY)
 
 
 def _client_flags(pki: Pki) -> list[str]:

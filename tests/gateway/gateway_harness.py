@@ -14,6 +14,7 @@ import grpc
 
 from gateway.app import serve
 from gateway.settings import GatewaySettings, SidecarAddress
+from protos.ready import SIDECAR_READY, parse_ready
 from protos.rpc import MESSAGE_SIZE_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,8 +31,8 @@ def stub_sidecar(
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
-        assert line.startswith("TURNOUT_SIDECAR_READY"), line
-        fields = dict(part.split("=", 1) for part in line.split()[1:])
+        fields = parse_ready(line, SIDECAR_READY)
+        assert fields is not None, line
         yield SidecarAddress(framework, fields["grpc"], fields.get("lane", ""))
     finally:
         process.terminate()

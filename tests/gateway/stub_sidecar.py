@@ -17,6 +17,7 @@ import numpy as np
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pbg
 from protos.lane import LaneServer
+from protos.ready import SIDECAR_READY, ready_line
 from protos.rpc import MESSAGE_SIZE_OPTIONS
 from protos.status import Status, TurnoutError
 
@@ -124,11 +125,11 @@ async def main() -> None:
     pbg.add_GRPCInferenceServiceServicer_to_server(stub, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    lane = ""
+    lane = {}
     if args.lane:
         lane_server = LaneServer(stub.lane_infer)
-        lane = " lane=" + await lane_server.start_tcp("127.0.0.1", 0)
-    print(f"TURNOUT_SIDECAR_READY grpc=127.0.0.1:{port} framework={args.framework}{lane}", flush=True)
+        lane["lane"] = await lane_server.start_tcp("127.0.0.1", 0)
+    print(ready_line(SIDECAR_READY, grpc=f"127.0.0.1:{port}", framework=args.framework, **lane), flush=True)
     await server.wait_for_termination()
 
 

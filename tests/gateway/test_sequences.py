@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.routing.sequences import DEFAULT_IDLE_SECS, PIN_GRACE_SECS, SequenceFlags, SequencePins, sequence_of
+from gateway.routing.sequences import DEFAULT_IDLE_SECS, PIN_GRACE_SECS, SequencePins
 from gateway.upstream import SidecarClient
 from protos import grpc_service_pb2 as pb
+from protos.sequence import SequenceFlags, sequence_of
 
 
 def _request(**parameters: object) -> pb.ModelInferRequest:

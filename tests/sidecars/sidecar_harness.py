@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from protos.ready import SIDECAR_READY, parse_ready
 from tests.harness import ROOT, pump_lines, terminate
 
-READY_PREFIX = "TURNOUT_SIDECAR_READY"
 START_TIMEOUT_S = 60.0
 
 DATATYPES = ["BOOL", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64", "FP16", "FP32", "FP64"]
@@ -94,8 +94,8 @@ def launch(repository: Path, *flags: str, framework: str = "onnxruntime") -> Sid
             code = process.wait(timeout=10)
             _close(process, pump)
             raise SidecarFailedToStart(f"exited with {code} before ready", code, "".join(lines))
-        if line.startswith(READY_PREFIX):
-            fields = dict(part.split("=", 1) for part in line.split()[1:])
+        fields = parse_ready(line, SIDECAR_READY)
+        if fields is not None:
             assert fields["framework"] == framework, line
             return Sidecar(fields["grpc"], process, pump, lines)
 

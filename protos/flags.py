@@ -1,0 +1,31 @@
+"""Command-line rules both programs share: what a `--model-repository` value may be."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from protos.remote import RemoteError, check_extra, is_remote, parse_location
+
+RepositoryCallback = Callable[[click.Context, click.Parameter, tuple[str, ...]], tuple[str, ...]]
+
+
+def model_repositories(*, must_exist: bool) -> RepositoryCallback:
+    """A click callback for `--model-repository` values: a folder (which must exist when
+    `must_exist`; a sidecar reports a missing one itself, as Triton does) or an s3:// or
+    gs:// URL that parses and whose filesystem is installed."""
+    folder = click.Path(exists=must_exist, file_okay=False)
+
+    def check(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+        for value in values:
+            if not is_remote(value):
+                folder.convert(value, param, ctx)
+                continue
+            try:
+                check_extra(parse_location(value))
+            except RemoteError as exc:
+                raise click.BadParameter(str(exc), ctx, param) from exc
+        return values
+
+    return check
