@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 REPO ?= model_repository
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup tools run test lint protos models bench clean
+.PHONY: setup tools run test unit lint protos models bench clean
 
 setup: $(VENV)/.installed .tools/consul/usr/bin/consul tools
 
@@ -35,6 +35,10 @@ run: setup
 
 test: setup
 	$(PY) -m pytest
+
+# The in-process unit layer alone: seconds, no servers.
+unit: setup
+	$(PY) -m pytest tests/unit
 
 lint: setup
 	$(VENV)/bin/ruff check .

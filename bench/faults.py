@@ -32,7 +32,7 @@ from tritonclient.utils import InferenceServerException
 from bench.fleet import fleet
 from scripts.make_models import write_linear, write_simple
 from tests.fleet.fleet_harness import consul_binary
-from tests.harness import turnout_up
+from tests.harness import live_children, turnout_up
 
 CLIENT_TIMEOUT_S = 10.0
 
@@ -54,15 +54,10 @@ class Tally:
 
 
 def sidecar_of(pid: int) -> int:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rpartition(")")[2].split()[1]) == pid:
-                return int(entry.name)
-    raise RuntimeError("no sidecar found")
+    children = live_children(pid)
+    if not children:
+        raise RuntimeError("no sidecar found")
+    return children[0]
 
 
 def request_for(model: str) -> tuple[list[grpcaio.InferInput], Callable[[Any], bool]]:

@@ -1,0 +1,13 @@
+"""What the gateway and the sidecars share: the protocol, and every rule both must apply
+the same way (one owner each).
+
+- The wire: `*.proto` and their generated modules (`generate`, `pool`), `rpc` (the service,
+  its methods, channel limits, TLS credentials, the one gRPC error ladder), `wire`
+  (protobuf fields appended by hand), `lane` (the gateway-sidecar infer lane).
+- Tensors and requests: `datatypes`, `codec`, `sequence` (sequence id and flags).
+- Errors: `status` (the error type and its HTTP and gRPC tables).
+- Servers: `identity` (server name, version, extensions), `ready` (the ready line),
+  `flags` (shared command-line rules), `logs` (Triton's logging extension).
+- Repositories: `layout` (which framework serves a model folder), `remote` (S3 and GCS).
+- Counters: `statistics`, `triton_metrics`.
+"""

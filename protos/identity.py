@@ -23,20 +23,7 @@ SIDECAR_EXTENSIONS = (
     "statistics",
 )
 # Only what works end to end: no cuda_shared_memory or generate.
-GATEWAY_EXTENSIONS = (
-    "classification",
-    "sequence",
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "schedule_policy",
-    "model_configuration",
-    "system_shared_memory",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-    "trace",
-    "logging",
-)
+GATEWAY_EXTENSIONS = (*SIDECAR_EXTENSIONS, "system_shared_memory", "trace", "logging")
 
 
 def server_metadata(extensions: Sequence[str]) -> pb.ServerMetadataResponse:

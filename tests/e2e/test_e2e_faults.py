@@ -18,26 +18,11 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
-from tests.harness import Server, make_models, onnx_identity_bytes, turnout_up, write_repository
-
-
-def _children(pid: int) -> list[int]:
-    """Processes whose parent is `pid` (any of its threads)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            # The command name may hold spaces: fields resume after its closing paren.
-            if int(stat.rpartition(")")[2].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
+from tests.harness import Server, live_children, make_models, onnx_identity_bytes, turnout_up, write_repository
 
 
 def _sidecar(server: Server) -> int:
-    children = _children(server.process.pid)
+    children = live_children(server.process.pid)
     assert len(children) == 1, children
     return children[0]
 
@@ -196,7 +181,7 @@ def test_restarted_sidecar_loads_again_the_files_clients_uploaded(tmp_path: Path
 
 
 def _restarted(server: Server, before: int) -> bool:
-    return _children(server.process.pid) not in ([], [before])
+    return live_children(server.process.pid) not in ([], [before])
 
 
 def _holds(check: Callable[[], object]) -> bool:

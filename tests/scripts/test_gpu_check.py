@@ -17,7 +17,7 @@ def test_gpu_check_stops_cleanly_without_a_gpu() -> None:
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: run scripts/gpu-check itself")
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "gpu-check"), "--seconds=1"],
+        [sys.executable, "-m", "scripts.gpu_check", "--seconds=1"],
         cwd=ROOT,
         capture_output=True,
         text=True,
