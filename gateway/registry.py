@@ -9,6 +9,7 @@ the `ModelRegistry` protocol (gateway.discovery does).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -93,19 +94,35 @@ class StaticRegistry:
         recent = self._last_refresh is not None and self._clock() - self._last_refresh < self._min_interval
         if recent and self._refreshing is None:
             return None
-        await self.refresh()
+        await self._join_round()
         return self._owners.get(model)
 
     async def refresh(self) -> None:
-        # Concurrent misses share one refresh instead of each asking every sidecar.
+        """Read every sidecar's index in a round that starts after this call: a round
+        already running may have read the indexes before the load or unload the caller
+        just made, so it is waited for and not trusted."""
+        running = self._refreshing
+        if running is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(running)
+        if self._refreshing is running:
+            self._refreshing = None
+        await self._join_round()
+
+    async def _join_round(self) -> None:
+        # Concurrent misses share one round instead of each asking every sidecar.
         if self._refreshing is None:
-            self._refreshing = asyncio.ensure_future(self._refresh())
-        task = self._refreshing
-        try:
-            await asyncio.shield(task)
-        finally:
-            if task.done() and self._refreshing is task:
-                self._refreshing = None
+            round_ = asyncio.ensure_future(self._refresh())
+            round_.add_done_callback(self._round_done)
+            self._refreshing = round_
+        await asyncio.shield(self._refreshing)
+
+    def _round_done(self, round_: asyncio.Task[None]) -> None:
+        # Cleared here, not by a waiter: the round ends even when every waiter was cancelled.
+        if self._refreshing is round_:
+            self._refreshing = None
+        if not round_.cancelled():
+            round_.exception()  # retrieved: the waiters, if any, raise it themselves
 
     async def _refresh(self) -> None:
         results = await asyncio.gather(*(c.repository_index() for c in self._sidecars), return_exceptions=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from gateway.context import RequestContext
@@ -44,13 +45,17 @@ class Dispatcher:
         balancer: Balancer,
         metrics: GatewayMetrics,
         rng: random.Random,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock` reads deadlines (the front ends' time.monotonic() ones) and times
+        sequence pins; tests inject a fake one."""
         self._registry = registry
         self._policies = policies
         self._balancer = balancer
         self._metrics = metrics
         self._chooser = VersionChooser(rng)
-        self._pins = SequencePins()
+        self._clock = clock
+        self._pins = SequencePins(clock)
 
     def decide(self, model: str, requested: str, context: RequestContext) -> Decision:
         if context.sequence is not None:
@@ -106,7 +111,7 @@ class Dispatcher:
             candidates = self._registry.replicas(model, version)
         if not candidates:
             raise not_found(f"Request for unknown model: '{model}' is not found")
-        deadline = context.deadline or time.monotonic() + DEFAULT_BUDGET_SECS
+        deadline = context.deadline or self._clock() + DEFAULT_BUDGET_SECS
         tried: list[SidecarClient] = []
         while True:
             client = self._balancer.choose(candidates, tried)
@@ -121,7 +126,7 @@ class Dispatcher:
                     return await client.infer(payload)
             except SidecarUnreachable as exc:
                 self._balancer.eject(client, exc.message)
-                if time.monotonic() >= deadline or len(tried) >= len(candidates):
+                if self._clock() >= deadline or len(tried) >= len(candidates):
                     self._metrics.count_failover(model, "exhausted")
                     raise
                 self._metrics.count_failover(model, "retried")

@@ -24,8 +24,8 @@ logger = logging.getLogger(__name__)
 def read_routing_file(path: str) -> dict[str, ModelPolicy]:
     """The policies of a `--routing` YAML file; raises PolicyError saying what is wrong."""
     try:
-        document = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise PolicyError(f"cannot read routing file {path}: {exc}") from exc
     return parse_policies(document)
 
