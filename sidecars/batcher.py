@@ -75,9 +75,20 @@ class _Level:
 
 
 class DynamicBatcher:
-    """Queues validated requests and runs them on `instances`, one batch per instance at a time."""
+    """Queues validated requests and runs them on `instances`, one batch per instance at a time.
 
-    def __init__(self, config: mc.ModelConfig, instances: Sequence[ModelInstance], stats: VersionStatistics) -> None:
+    `clock` gives monotonic nanoseconds; every wait goes through the running event loop,
+    so a test loop on virtual time, with a clock that reads it, drives the whole batcher."""
+
+    def __init__(
+        self,
+        config: mc.ModelConfig,
+        instances: Sequence[ModelInstance],
+        stats: VersionStatistics,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self._clock = clock
         self._instances = list(instances)
         self._stats = stats
         self._batched = config.max_batch_size > 0
@@ -123,7 +134,7 @@ class DynamicBatcher:
         if policy.max_queue_size and len(level.queue) + len(level.delayed) >= policy.max_queue_size:
             raise unavailable(f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size")
         loop = asyncio.get_running_loop()
-        pending = _Pending(request, loop.create_future(), time.monotonic_ns(), level_number)
+        pending = _Pending(request, loop.create_future(), self._clock(), level_number)
         timeout_us = policy.timeout_us
         override = request.timeout_us
         if policy.allow_override and override and override < timeout_us:
@@ -187,7 +198,7 @@ class DynamicBatcher:
                     rows += pending.request.batch_size
         if self._closing or rows >= self._max_rows or rows in self._preferred:
             return 0
-        return head.enqueued_ns + self._delay_ns - time.monotonic_ns()
+        return head.enqueued_ns + self._delay_ns - self._clock()
 
     def _take(self) -> list[_Pending]:
         """Remove the next batch: compatible requests in priority order, up to the limit."""
@@ -246,23 +257,23 @@ class DynamicBatcher:
     async def _execute(self, instance: ModelInstance, batch: list[_Pending]) -> None:
         sequence = self._formed
         self._formed += 1
-        start = time.monotonic_ns()
+        start = self._clock()
         first = batch[0].request
         if len(batch) == 1:
             inputs = first.inputs
         else:
             inputs = {name: np.concatenate([p.request.inputs[name] for p in batch]) for name in first.inputs}
         rows = sum(p.request.batch_size for p in batch)
-        computed = time.monotonic_ns()
+        computed = self._clock()
         try:
             outputs = await instance.execute(inputs)
         except Exception as exc:
             error = BackendFailure.of(exc)
             self._deliver(sequence, lambda: _fail(batch, error))
             return
-        inferred = time.monotonic_ns()
+        inferred = self._clock()
         slices = _split(batch, outputs) if self._batched and len(batch) > 1 else [outputs]
-        done = time.monotonic_ns()
+        done = self._clock()
         times = BatchTimes(rows, computed - start, inferred - computed, done - inferred)
         self._stats.record_batch(times)
 

@@ -12,7 +12,7 @@ import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,7 +83,9 @@ class _Row:
 
 class SequenceBatcher:
     """The scheduler of a model with `sequence_batching`; the same contract as
-    DynamicBatcher (submit, pending, instance_count, close)."""
+    DynamicBatcher (submit, pending, instance_count, close), and the same `clock` seam:
+    monotonic nanoseconds, with every wait (queue delay, timeouts, the reaper) on the
+    running event loop."""
 
     def __init__(
         self,
@@ -91,7 +93,10 @@ class SequenceBatcher:
         instances: Sequence[ModelInstance],
         stats: VersionStatistics,
         tensors: SequenceTensors,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
+        self._clock = clock
         self._model = config.name
         self._stats = stats
         self._tensors = tensors
@@ -152,7 +157,7 @@ class SequenceBatcher:
                 f"inference request for sequence {correlation_id} to model '{self._model}' must specify the "
                 "START flag on the first request of the sequence"
             )
-        now = time.monotonic_ns()
+        now = self._clock()
         pending = _Pending(request, flags, asyncio.get_running_loop().create_future(), now)
         self._last_seen[correlation_id] = now
         if slot is not None:
@@ -263,7 +268,7 @@ class SequenceBatcher:
     async def _reap(self) -> None:
         """Release the slots of sequences idle for max_sequence_idle_microseconds."""
         while True:
-            now = time.monotonic_ns()
+            now = self._clock()
             wait_ns = self._idle_ns
             for correlation_id, seen in list(self._last_seen.items()):
                 remaining = seen + self._idle_ns - now
@@ -331,7 +336,7 @@ class SequenceBatcher:
         if not self._oldest and (not self._min_utilization or count / self._max_rows >= self._min_utilization):
             return 0
         oldest = min(slot.queue[0].enqueued_ns for slot in heads)
-        return oldest + self._delay_ns - time.monotonic_ns()
+        return oldest + self._delay_ns - self._clock()
 
     def _take_direct(self, lane: _Lane, heads: list[_Slot]) -> list[_Row]:
         """Rows for every slot up to the highest busy one; idle slots get filler rows."""
@@ -375,10 +380,10 @@ class SequenceBatcher:
         return row
 
     async def _execute(self, lane: _Lane, rows: list[_Row]) -> None:
-        start = time.monotonic_ns()
+        start = self._clock()
         inputs = self._batch_inputs(rows)
         real = [row for row in rows if row.pending is not None]
-        computed = time.monotonic_ns()
+        computed = self._clock()
         try:
             outputs = await lane.instance.execute(inputs)
         except Exception as exc:
@@ -387,10 +392,10 @@ class SequenceBatcher:
                 if not row.pending.future.done():
                     row.pending.future.set_exception(BackendFailure.of(exc))
             return
-        inferred = time.monotonic_ns()
-        times = BatchTimes(len(real), computed - start, inferred - computed, time.monotonic_ns() - inferred)
+        inferred = self._clock()
+        times = BatchTimes(len(real), computed - start, inferred - computed, self._clock() - inferred)
         self._stats.record_batch(times)
-        finished = time.monotonic_ns()
+        finished = self._clock()
         for position, row in enumerate(rows):
             pending = row.pending
             if pending is None:

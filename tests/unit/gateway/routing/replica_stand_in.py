@@ -1,0 +1,93 @@
+"""A replica as the routing code sees it, in process: the few calls that `Balancer`,
+`Dispatcher` and `SequencePins` make on a `gateway.upstream.SidecarClient`."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypeVar
+
+from google.protobuf.message import Message
+
+from gateway.upstream import SidecarUnreachable
+from protos.status import Status, TurnoutError
+
+M = TypeVar("M", bound=Message)
+
+
+class StandInReplica:
+    """Stands in for a network peer: one sidecar replica behind a `SidecarClient`.
+
+    `infer` answers `answer` (its name, by default) and records what it received; while
+    the replica is down it raises `SidecarUnreachable` with gRPC's connect-failure text,
+    as a real client does when nothing was sent; `error` makes it answer that error
+    instead, as a replica that was reached but refused the request. A readiness probe
+    (`server_ready`) waits until the replica is up again and then answers True, so tests
+    need no probe interval to pass. `journal`, when shared by several replicas, records
+    the order in which they were sent requests.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        framework: str = "onnxruntime",
+        *,
+        reachable: bool = True,
+        journal: list[str] | None = None,
+    ) -> None:
+        self.name = name
+        self.framework = framework
+        self.address = f"{name}.fleet:8001"
+        self.received: list[bytes] = []
+        self.error: TurnoutError | None = None
+        self.probes = 0
+        self.probe_cancelled = False
+        self.config_requests: list[Message] = []
+        self._journal = journal if journal is not None else []
+        self._up = asyncio.Event()
+        if reachable:
+            self._up.set()
+
+    def __repr__(self) -> str:
+        return f"StandInReplica({self.name!r})"
+
+    @property
+    def unreachable_message(self) -> str:
+        return f"failed to connect to all addresses; last error: UNAVAILABLE: ipv4:{self.address}: Connection refused"
+
+    def go_down(self) -> None:
+        self._up.clear()
+
+    def come_back(self) -> None:
+        self._up.set()
+
+    async def infer(self, encoded: bytes) -> bytes:
+        self.received.append(encoded)
+        self._journal.append(self.name)
+        if not self._up.is_set():
+            raise SidecarUnreachable(Status.UNAVAILABLE, self.unreachable_message)
+        if self.error is not None:
+            raise self.error
+        return self.name.encode()
+
+    async def server_ready(self) -> bool:
+        self.probes += 1
+        try:
+            await self._up.wait()
+        except asyncio.CancelledError:
+            self.probe_cancelled = True
+            raise
+        return True
+
+    async def call(self, method: str, request: Message, response_type: type[M], timeout: float | None = None) -> M:
+        """Only `SequencePins` calls this (ModelConfig, for the sequence idle time): an
+        empty config, which leaves pins at their default lifetime."""
+        assert method == "ModelConfig"
+        self.config_requests.append(request)
+        return response_type()
+
+
+async def let_background_tasks_run(turns: int = 10) -> None:
+    """Give tasks the code under test started (probes, idle-time lookups) a few turns of
+    the event loop; no time passes."""
+    for _ in range(turns):
+        await asyncio.sleep(0)

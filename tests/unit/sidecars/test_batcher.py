@@ -1,0 +1,441 @@
+"""DynamicBatcher's batch formation and timing on virtual time: max_batch_size, preferred
+sizes, max_queue_delay_microseconds, the bounded queue, queue policies (REJECT, DELAY,
+per-request timeouts), priority levels, shapes that cannot share a batch, ordering,
+cancellation, failures and close. Each test drives the batcher in process through its
+`clock` seam; tests marked xfail show where it differs from Triton's dynamic batcher."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from protos.statistics import VersionStatistics
+from protos.status import Status
+from sidecars.batcher import DynamicBatcher
+from sidecars.runtime import Tensors
+from sidecars.validation import Signature
+from tests.unit.sidecars.model_stand_in import Call, RecordingInstance, infer_request, model_config, until_us
+from tests.unit.virtual_loop import virtual_ns, virtual_time, virtual_us
+
+MODEL = """
+name: "doubler"
+max_batch_size: {max_batch_size}
+input [{{ name: "INPUT0" data_type: TYPE_INT32 dims: [-1] }}]
+output [{{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [-1] }}]
+"""
+
+
+def double(inputs: Tensors) -> dict[str, np.ndarray]:
+    return {"OUTPUT0": inputs["INPUT0"] * 2}
+
+
+class Model:
+    """A DynamicBatcher over recording instances (one per `runs_for_us` entry), and a
+    client whose requests fill every element with the request's number."""
+
+    def __init__(
+        self,
+        batching: str | None,
+        *,
+        max_batch_size: int = 8,
+        runs_for_us: tuple[int, ...] = (0,),
+        fails_with: str = "",
+    ) -> None:
+        text = MODEL.format(max_batch_size=max_batch_size)
+        if batching is not None:
+            text += f"dynamic_batching {{ {batching} }}"
+        config = model_config(text)
+        self.signature = Signature(config)
+        self.instances = [RecordingInstance(double, us, fails_with) for us in runs_for_us]
+        self.batcher = DynamicBatcher(config, self.instances, VersionStatistics(), clock=virtual_ns)
+
+    def send(
+        self,
+        number: int,
+        *,
+        rows: int = 1,
+        length: int = 1,
+        request_id: str = "",
+        priority: int = 0,
+        timeout_us: int | None = None,
+    ) -> Call:
+        values = [[number] * length for _ in range(rows)]
+        request = infer_request(
+            self.signature, "INPUT0", values, request_id=request_id, priority=priority, timeout_us=timeout_us
+        )
+        return Call.start(self.batcher.submit(request))
+
+    def batches(self) -> list[tuple[int, list[int]]]:
+        """Every batch any instance ran, by time: (virtual µs, the request number of each row)."""
+        runs = sorted((run for instance in self.instances for run in instance.runs), key=lambda run: run.at_us)
+        return [(run.at_us, run.inputs["INPUT0"][:, 0].tolist()) for run in runs]
+
+
+async def outputs_of(call: Call) -> list[list[int]]:
+    return (await call.result()).outputs["OUTPUT0"].tolist()  # type: ignore[no-any-return]
+
+
+# -- the queue delay -----------------------------------------------------------------------
+
+
+@virtual_time
+async def test_a_lone_request_waits_exactly_the_queue_delay_then_runs() -> None:
+    model = Model("max_queue_delay_microseconds: 1000")
+    await until_us(250)
+    call = model.send(7)
+    result = await call.result()
+    assert model.batches() == [(1250, [7])]
+    assert result.queue_ns == 1_000_000
+    assert result.outputs["OUTPUT0"].tolist() == [[14]]
+
+
+@virtual_time
+async def test_requests_arriving_within_the_delay_join_one_batch_and_each_gets_its_own_rows_back() -> None:
+    model = Model("max_queue_delay_microseconds: 1000")
+    first = model.send(1)
+    await until_us(300)
+    second = model.send(2, rows=2)
+    await until_us(600)
+    third = model.send(3)
+    assert await outputs_of(first) == [[2]]
+    assert await outputs_of(second) == [[4], [4]]
+    assert await outputs_of(third) == [[6]]
+    assert model.batches() == [(1000, [1, 2, 2, 3])]
+
+
+@virtual_time
+async def test_a_request_arriving_after_the_delay_starts_the_next_batch() -> None:
+    model = Model("max_queue_delay_microseconds: 1000")
+    first = model.send(1)
+    await until_us(1500)
+    second = model.send(2)
+    await asyncio.gather(first.result(), second.result())
+    assert model.batches() == [(1000, [1]), (2500, [2])]
+
+
+@virtual_time
+async def test_without_a_queue_delay_what_is_queued_runs_at_once() -> None:
+    model = Model("")
+    calls = [model.send(n) for n in (1, 2, 3)]
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1, 2, 3])]
+
+
+@virtual_time
+async def test_without_dynamic_batching_every_request_runs_alone() -> None:
+    model = Model(None)
+    calls = [model.send(n) for n in (1, 2, 3)]
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1]), (0, [2]), (0, [3])]
+
+
+# -- batch sizes ---------------------------------------------------------------------------
+
+
+@virtual_time
+async def test_max_batch_size_caps_a_batch() -> None:
+    model = Model("", max_batch_size=4)
+    calls = [model.send(n) for n in range(1, 11)]
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1, 2, 3, 4]), (0, [5, 6, 7, 8]), (0, [9, 10])]
+
+
+@virtual_time
+async def test_a_request_whose_rows_do_not_fit_waits_for_the_next_batch() -> None:
+    model = Model("", max_batch_size=4)
+    calls = [model.send(1, rows=3), model.send(2, rows=3), model.send(3)]
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1, 1, 1]), (0, [2, 2, 2, 3])]
+
+
+@virtual_time
+async def test_a_queue_that_fills_max_batch_size_runs_at_once_without_waiting_the_delay() -> None:
+    model = Model("max_queue_delay_microseconds: 10000", max_batch_size=4)
+    calls = [model.send(n) for n in (1, 2, 3, 4, 5)]
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1, 2, 3, 4]), (10000, [5])]
+
+
+@virtual_time
+async def test_a_queue_that_reaches_a_preferred_size_runs_at_once() -> None:
+    model = Model("preferred_batch_size: [2, 4] max_queue_delay_microseconds: 10000")
+    first = model.send(1)
+    await until_us(100)
+    second = model.send(2)
+    await until_us(200)
+    third = model.send(3)
+    await asyncio.gather(first.result(), second.result(), third.result())
+    assert model.batches() == [(100, [1, 2]), (10200, [3])]
+
+
+@virtual_time
+async def test_a_batch_is_cut_back_to_the_largest_preferred_size_it_can_form() -> None:
+    model = Model("preferred_batch_size: [2, 4]")
+    calls = [model.send(n) for n in range(1, 8)]
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1, 2, 3, 4]), (0, [5, 6]), (0, [7])]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton dispatches a preferred size found at the head of the queue at once, before the delay, "
+    "even with more requests behind it; the batcher waits the delay unless the whole queue is a preferred size",
+)
+@virtual_time
+async def test_a_preferred_size_at_the_head_of_the_queue_runs_at_once_even_with_more_requests_behind_it() -> None:
+    model = Model("preferred_batch_size: [2, 4] max_queue_delay_microseconds: 1000")
+    calls = [model.send(n) for n in (1, 2, 3)]
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1, 2]), (1000, [3])]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton sends at once the requests that fit the largest preferred size when the queue holds more "
+    "rows than it; the batcher waits the delay, then runs every row up to max_batch_size",
+)
+@virtual_time
+async def test_a_queue_beyond_the_largest_preferred_size_runs_what_fits_it_at_once() -> None:
+    model = Model("preferred_batch_size: [4] max_queue_delay_microseconds: 1000")
+    calls = [model.send(1, rows=3), model.send(2, rows=3)]
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1, 1, 1]), (1000, [2, 2, 2])]
+
+
+# -- the bounded queue -----------------------------------------------------------------------
+# A queue delay keeps requests queued here: Triton also moves up to two batches per
+# instance out of its queue ahead of a busy instance (prefetching), where neither queue
+# limits nor queue timeouts apply any more, so these tests never rely on a busy instance.
+
+
+@virtual_time
+async def test_a_full_queue_fails_with_unavailable_and_tritons_text() -> None:
+    model = Model("max_queue_delay_microseconds: 1000 default_queue_policy { max_queue_size: 2 }")
+    queued = [model.send(1), model.send(2)]
+    refused = model.send(3, request_id="three")
+    anonymous = model.send(4)
+    await until_us(10)
+    assert model.batcher.pending == 2
+    for call, prefix in ((refused, "[request id: three]"), (anonymous, "[request id: <id_unknown>]")):
+        error = await call.error()
+        assert error.status is Status.UNAVAILABLE
+        assert error.message == f"{prefix} Exceeds maximum queue size"
+    await asyncio.gather(*(call.result() for call in queued))
+    assert model.batches() == [(1000, [1, 2])]
+    await model.send(5).result()  # room again once the queue drained
+
+
+@virtual_time
+async def test_each_priority_level_has_its_own_queue_limit() -> None:
+    model = Model(
+        "max_queue_delay_microseconds: 1000 priority_levels: 2 default_priority_level: 2 "
+        "priority_queue_policy { key: 1 value: { max_queue_size: 1 } }"
+    )
+    first_level = [model.send(1, priority=1), model.send(2, priority=1)]
+    second_level = [model.send(3, priority=2), model.send(4, priority=2)]
+    assert (await first_level[1].error()).message == "[request id: <id_unknown>] Exceeds maximum queue size"
+    await asyncio.gather(first_level[0].result(), *(call.result() for call in second_level))
+    assert model.batches() == [(1000, [1, 3, 4])]
+
+
+# -- queue policies and timeouts -------------------------------------------------------------
+
+
+@virtual_time
+async def test_a_request_is_rejected_exactly_when_its_queue_timeout_passes() -> None:
+    model = Model(
+        "max_queue_delay_microseconds: 5000 "
+        "default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 1000 }"
+    )
+    waiting = model.send(1)
+    error = await waiting.error()
+    assert (error.status, error.message) == (Status.UNAVAILABLE, "Request timeout expired")
+    assert waiting.done_us == 1000
+    assert model.batcher.pending == 0
+    await until_us(10000)
+    assert model.batches() == []
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [("timeout_action: DELAY default_timeout_microseconds: 1000", [2, 1]), ("", [1, 2])],
+    ids=["delay-after-timeout", "no-timeout"],
+)
+@virtual_time
+async def test_a_request_that_times_out_under_delay_is_served_after_the_requests_that_did_not(
+    policy: str, expected: list[int]
+) -> None:
+    model = Model(f"max_queue_delay_microseconds: 5000 default_queue_policy {{ {policy} }}", max_batch_size=2)
+    first = model.send(1)  # under DELAY, times out at 1000 and stays queued
+    await until_us(2000)
+    second = model.send(2)  # fills the batch: it runs at once
+    assert await outputs_of(first) == [[2]]
+    assert await outputs_of(second) == [[4]]
+    assert model.batches() == [(2000, expected)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "timeout_us", "rejected_at_us"),
+    [
+        ("allow_timeout_override: true default_timeout_microseconds: 10000", 1000, 1000),
+        ("allow_timeout_override: true default_timeout_microseconds: 10000", 50000, 10000),
+        ("allow_timeout_override: false default_timeout_microseconds: 10000", 1000, 10000),
+        ("allow_timeout_override: true", 1000, None),
+    ],
+    ids=["shorter-override", "longer-override-ignored", "override-not-allowed", "no-default-timeout"],
+)
+@virtual_time
+async def test_a_requests_own_timeout_applies_only_when_allowed_and_shorter_than_the_default(
+    policy: str, timeout_us: int, rejected_at_us: int | None
+) -> None:
+    model = Model(f"max_queue_delay_microseconds: 20000 default_queue_policy {{ {policy} }}")
+    waiting = model.send(1, timeout_us=timeout_us)
+    if rejected_at_us is None:
+        await waiting.result()
+        assert model.batches() == [(20000, [1])]
+    else:
+        assert (await waiting.error()).message == "Request timeout expired"
+        assert waiting.done_us == rejected_at_us
+
+
+# -- priorities ----------------------------------------------------------------------------
+
+
+@virtual_time
+async def test_higher_priority_levels_run_first_and_unknown_levels_take_the_default() -> None:
+    model = Model("priority_levels: 2 default_priority_level: 2", max_batch_size=2)
+    # All queued before the batcher looks (Triton's TRITONSERVER_DELAY_SCHEDULER test setup).
+    calls = [model.send(n, priority=p) for n, p in ((1, 2), (2, 2), (3, 1), (4, 0), (5, 9), (6, 1))]
+    await asyncio.gather(*(call.result() for call in calls))
+    # Priority 0 and priorities above priority_levels go to the default level (2).
+    assert model.batches() == [(0, [3, 6]), (0, [1, 2]), (0, [4, 5])]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton serves each priority level's own queue, then that level's DELAY-expired requests, before the "
+    "next level; the batcher serves every level's queue before any level's delayed requests",
+)
+@virtual_time
+async def test_a_levels_requests_delayed_by_their_timeout_still_run_before_lower_priority_levels() -> None:
+    model = Model(
+        "priority_levels: 2 default_priority_level: 2 "
+        "priority_queue_policy { key: 1 value: { timeout_action: DELAY default_timeout_microseconds: 1000 } }",
+        max_batch_size=1,
+        runs_for_us=(5000,),
+    )
+    # 1 runs; 2 and 3 fill the two batches Triton prefetches for a busy instance.
+    calls = [model.send(n, priority=2) for n in (1, 2, 3)]
+    await until_us(10)
+    calls += [model.send(4, priority=1), model.send(5, priority=2)]  # 4 is delayed at 1010
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1]), (5000, [2]), (10000, [3]), (15000, [4]), (20000, [5])]
+
+
+# -- shapes -------------------------------------------------------------------------------
+
+
+@virtual_time
+async def test_requests_whose_shapes_differ_never_share_a_batch() -> None:
+    model = Model("max_queue_delay_microseconds: 1000", runs_for_us=(100,))
+    lengths = {1: 1, 2: 2, 3: 1, 4: 3, 5: 2, 6: 1}
+    calls = {number: model.send(number, length=length) for number, length in lengths.items()}
+    for number, call in calls.items():
+        assert await outputs_of(call) == [[2 * number] * lengths[number]]
+    formed = [run.inputs["INPUT0"] for instance in model.instances for run in instance.runs]
+    for batch in formed:
+        assert {lengths[number] for number in batch[:, 0].tolist()} == {batch.shape[1]}
+    assert sorted(number for batch in formed for number in batch[:, 0].tolist()) == [1, 2, 3, 4, 5, 6]
+
+
+@virtual_time
+async def test_under_preserve_ordering_a_request_of_another_shape_ends_the_batch() -> None:
+    model = Model("preserve_ordering: true")
+    calls = [model.send(1), model.send(2), model.send(3, length=2), model.send(4)]
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1, 2]), (0, [3]), (0, [4])]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton sends the pending batch as soon as the next queued request has another shape, and never "
+    "batches a request ahead of an older one; the batcher waits the delay and gathers same-shape requests "
+    "from behind requests of other shapes",
+)
+@virtual_time
+async def test_a_request_of_another_shape_ends_the_pending_batch_at_once() -> None:
+    model = Model("max_queue_delay_microseconds: 1000")
+    calls = [model.send(1), model.send(2, length=2), model.send(3)]
+    await asyncio.gather(*(call.result() for call in calls))
+    assert model.batches() == [(0, [1]), (0, [2]), (1000, [3])]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug (sidecars/batcher.py _prefer): requests cut from a batch go back to the front of their queue, "
+    "ahead of older requests of another shape that _take had stepped over",
+)
+@virtual_time
+async def test_requests_cut_back_from_a_preferred_batch_stay_behind_older_requests_of_another_shape() -> None:
+    model = Model("preferred_batch_size: [2]")
+    calls = [model.send(1), model.send(2, length=2), model.send(3), model.send(4)]
+    await asyncio.gather(*(call.result() for call in calls))
+    # [1, 3] is the preferred batch; 2 was queued before 4, so it runs next.
+    assert model.batches() == [(0, [1, 3]), (0, [2]), (0, [4])]
+
+
+# -- instances, ordering, cancellation, failures, close ---------------------------------------
+
+
+@pytest.mark.parametrize(("preserve_ordering", "second_done_us"), [(True, 5000), (False, 110)])
+@virtual_time
+async def test_preserve_ordering_holds_a_later_batchs_results_until_earlier_batches_are_answered(
+    preserve_ordering: bool, second_done_us: int
+) -> None:
+    batching = f"preserve_ordering: {str(preserve_ordering).lower()}"
+    model = Model(batching, runs_for_us=(5000, 100))
+    first = model.send(1)
+    await until_us(10)
+    second = model.send(2)  # on the second instance, while the first one is busy
+    await asyncio.gather(first.result(), second.result())
+    assert [run.at_us for run in model.instances[1].runs] == [10]
+    assert (first.done_us, second.done_us) == (5000, second_done_us)
+
+
+@virtual_time
+async def test_a_request_cancelled_while_queued_never_reaches_the_instance() -> None:
+    model = Model("max_queue_delay_microseconds: 1000")
+    calls = [model.send(1), model.send(2), model.send(3)]
+    await until_us(10)
+    calls[1].task.cancel()
+    await asyncio.gather(calls[0].result(), calls[2].result())
+    assert model.batches() == [(1000, [1, 3])]
+    assert model.batcher.pending == 0
+
+
+@virtual_time
+async def test_a_framework_failure_fails_every_request_of_its_batch_as_internal() -> None:
+    model = Model("", fails_with="out of memory")
+    calls = [model.send(1), model.send(2)]
+    for call in calls:
+        error = await call.error()
+        assert (error.status, error.message) == (Status.INTERNAL, "out of memory")
+    later = model.send(3)  # the worker survived the failure
+    assert (await later.error()).message == "out of memory"
+    assert model.batches() == [(0, [1, 2]), (0, [3])]
+
+
+@virtual_time
+async def test_close_runs_what_is_queued_then_refuses_new_requests_and_closes_the_instances() -> None:
+    model = Model("max_queue_delay_microseconds: 100000")
+    calls = [model.send(1), model.send(2)]
+    await until_us(10)
+    await model.batcher.close()
+    assert [await outputs_of(call) for call in calls] == [[[2]], [[4]]]
+    assert model.batches() == [(10, [1, 2])]  # closing does not wait out the queue delay
+    error = await model.send(3).error()
+    assert (error.status, error.message) == (Status.UNAVAILABLE, "Server exiting")
+    assert all(instance.closed for instance in model.instances)
+    assert virtual_us() == 10
