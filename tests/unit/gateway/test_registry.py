@@ -12,6 +12,7 @@ import pytest
 from gateway.registry import StaticRegistry, framework_of_load
 from protos import grpc_service_pb2 as pb
 from protos.status import Status, TurnoutError
+from tests.unit.fake_clock import FakeClock
 
 
 class SidecarStandIn:
@@ -43,19 +44,6 @@ class SidecarStandIn:
         if failure is not None:
             raise failure
         return listing
-
-
-class FakeClock:
-    """A monotonic clock that moves only when told to."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from gateway.upstream import SidecarUnreachable
 from protos import grpc_service_pb2 as pb
 from protos.sequence import SequenceFlags
 from protos.status import Status, TurnoutError, invalid_arg
+from tests.unit.fake_clock import FakeClock
 from tests.unit.gateway.routing.replica_stand_in import StandInReplica, let_background_tasks_run
 
 MODEL = "simple"
@@ -491,19 +492,6 @@ def test_with_version_sets_the_version_over_any_earlier_one(version: str) -> Non
 # --- deadlines and pin lifetimes on a fake clock -------------------------------------
 
 M = TypeVar("M", bound=Message)
-
-
-class FakeClock:
-    """A monotonic clock that moves only when a test moves it."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class SlowStandInReplica(StandInReplica):
