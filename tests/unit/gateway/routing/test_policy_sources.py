@@ -127,9 +127,10 @@ INVALID_VALUES = [
 def test_an_invalid_kv_value_is_rejected_saying_why_and_the_last_good_policy_stays(
     bad: dict[str, object], reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
     store = store_with_file()
     store.apply_kv(PREFIX, [entry("simple", KV_SIMPLE)])
-    caplog.set_level(logging.INFO, logger=LOGGER)
+    caplog.clear()  # the good policy's own line
     store.apply_kv(PREFIX, [bad])
     assert store.get("simple") == PARSED_KV_SIMPLE
     (record,) = caplog.records
