@@ -23,7 +23,10 @@ DOCKERFILES = sorted(COMPOSE_DIR.glob("*.Dockerfile"))
 def _docker_compose(*arguments: str) -> subprocess.CompletedProcess[str]:
     binary = shutil.which("docker-compose")
     if binary is None:
-        pytest.skip("no docker-compose: `make tools` installs Debian's package where apt-get can (needs root)")
+        pytest.skip(
+            "no docker-compose: `make tools` installs Debian's package where apt-get can (needs root); "
+            "elsewhere install your package manager's docker-compose"
+        )
     return subprocess.run(
         [binary, "--project-directory", str(COMPOSE_DIR), "-f", str(COMPOSE_FILE), *arguments, "config"],
         capture_output=True,

@@ -27,6 +27,10 @@ from tests.harness import ROOT, free_port, pump_lines, terminate
 
 CONSUL = ROOT / ".tools" / "consul" / "usr" / "bin" / "consul"
 START_TIMEOUT_S = 60.0
+NO_CONSUL = (
+    "no consul binary: `make setup` fetches Debian's (scripts/install-consul, needs apt-get); "
+    "elsewhere put a consul binary, 1.8 or newer, on PATH (e.g. `brew install consul`)"
+)
 
 
 def consul_binary() -> Path | None:
@@ -223,7 +227,7 @@ def consul_agent() -> Iterator[Consul]:
     """A running dev agent for a fixture; skips the test where no consul binary exists."""
     binary = consul_binary()
     if binary is None:
-        pytest.skip("no consul binary: run scripts/install-consul (make setup does)")
+        pytest.skip(NO_CONSUL)
     agent = Consul(binary)
     try:
         yield agent

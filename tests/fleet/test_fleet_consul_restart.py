@@ -13,7 +13,7 @@ import pytest
 import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
-from tests.fleet.fleet_harness import Consul, consul_binary, gateway, running, sidecar, wait_until
+from tests.fleet.fleet_harness import NO_CONSUL, Consul, consul_binary, gateway, running, sidecar, wait_until
 
 CONCURRENCY = 8
 
@@ -21,7 +21,7 @@ CONCURRENCY = 8
 async def test_consul_restart_under_load_fails_no_request(fleet_repository: Path) -> None:
     binary = consul_binary()
     if binary is None:
-        pytest.skip("no consul binary: run scripts/install-consul (make setup does)")
+        pytest.skip(NO_CONSUL)
     consul = Consul(binary)  # its own agent: this test stops it
     service = "consul-restart"
     try:

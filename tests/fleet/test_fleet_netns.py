@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.fleet.fleet_harness import Consul, consul_binary, gateway, running, sidecar, wait_until
+from tests.fleet.fleet_harness import NO_CONSUL, Consul, consul_binary, gateway, running, sidecar, wait_until
 
 SUBNET = "10.213.77"
 
@@ -74,7 +74,7 @@ def test_sidecars_in_namespaces_fail_over_when_a_link_is_cut(fleet_repository: P
         pytest.skip(reason)
     binary = consul_binary()
     if binary is None:
-        pytest.skip("no consul binary: run scripts/install-consul (make setup does)")
+        pytest.skip(NO_CONSUL)
     with _namespaces(3) as spaces:
         agent = Consul(binary, bind=f"{SUBNET}.1", clients=(f"{SUBNET}.1",))
         try:
