@@ -185,7 +185,10 @@ class LogSettings:
         target.setLevel(self.level())
         if logger is not None:
             return
-        # Verbose is about requests; the HTTP client's wire chatter (each metrics scrape) is not.
+        # Verbose is about requests. The HTTP client's line per request (each metrics scrape,
+        # each Consul watch round) shows only at verbose level; its wire chatter never.
+        verbose = self.log_verbose_level > 0
+        logging.getLogger("httpx").setLevel(self.level() if verbose else max(self.level(), logging.WARNING))
         for chatty in ("httpcore", "hpack"):
             logging.getLogger(chatty).setLevel(max(self.level(), logging.INFO))
         self._route(target)

@@ -228,6 +228,7 @@ def up(
     **flags: Any,
 ) -> None:
     """Serve a model repository: the gateway plus one sidecar per framework it needs."""
+    from protos.logs import LogSettings
     from turnout.supervisor import Supervisor
 
     arguments = _sidecar_arguments(
@@ -247,8 +248,20 @@ def up(
         log_file=flags["log_file"],
     )
     arguments += _sidecar_tls_arguments(flags)
+    logs = LogSettings(
+        log_file=flags["log_file"],
+        log_info=flags["log_info"],
+        log_warning=flags["log_warning"],
+        log_error=flags["log_error"],
+        log_verbose_level=flags["log_verbose"],
+        log_format=flags["log_format"],
+    )
     supervisor = Supervisor(
-        model_repositories, arguments, load_models=load_models, exit_timeout_secs=flags["exit_timeout_secs"]
+        model_repositories,
+        arguments,
+        load_models=load_models,
+        exit_timeout_secs=flags["exit_timeout_secs"],
+        logs=logs,
     )
     sys.exit(supervisor.run(lambda sidecars: _gateway_settings(sidecars, **flags)))
 

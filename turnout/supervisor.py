@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from gateway.settings import GatewaySettings, SidecarAddress
+from protos.logs import LogSettings
 from protos.ready import SIDECAR_READY, parse_ready
 from turnout.scan import frameworks_in, models_in, startup_loads
 
@@ -65,12 +66,14 @@ class Supervisor:
         *,
         load_models: Sequence[str] = (),
         exit_timeout_secs: float,
+        logs: LogSettings | None = None,
     ) -> None:
         self._repositories = list(repositories)
         self._arguments = list(arguments)
         self._load_models = list(load_models)
         self._loads: dict[str, list[str]] = {}
         self._exit_timeout = exit_timeout_secs
+        self._logs = logs or LogSettings()
         self._children: list[_Child] = []
         # Set before the children are stopped: from then on, a child's exit is no death.
         self._stopping = threading.Event()
@@ -79,7 +82,7 @@ class Supervisor:
     def run(self, settings_for: Callable[[tuple[SidecarAddress, ...]], GatewaySettings]) -> int:
         from gateway.app import run as run_gateway
 
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._logs.apply()  # the same lines as the gateway's and the sidecars': --log-format, --log-file
         try:
             models = models_in(self._repositories)
             frameworks = frameworks_in(models)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -76,3 +77,16 @@ def test_log_file_takes_both_processes_lines_and_moves_live(repo: Path, tmp_path
             _fail(server, "to-console")
             assert eventually(lambda: sum("[request id: to-console]" in line for line in server.lines) >= 2)
         assert "to-console" not in second.read_text()
+
+
+def test_the_supervisors_lines_take_the_chosen_format_and_scrapes_log_nothing(repo: Path) -> None:
+    with turnout_up(repo, "--log-format=json") as server:
+        for _ in range(3):
+            with httpclient.InferenceServerClient(server.http) as client:
+                assert client.is_server_ready()
+            httpx.get(f"http://{server.metrics}/metrics", timeout=10).raise_for_status()
+        supervisor = [d for d in server.json_lines() if d.get("logger") == "turnout.supervisor"]
+        assert any("onnxruntime sidecar ready on" in str(d["message"]) for d in supervisor), server.output()[-2000:]
+        # The metrics port scrapes every sidecar over HTTP: at the default level that is silent.
+        assert not any(str(d.get("logger", "")).startswith("httpx") for d in server.json_lines())
+        assert not any("HTTP Request:" in line for line in server.lines)
