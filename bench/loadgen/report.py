@@ -35,11 +35,22 @@ def table(points: Sequence[Point]) -> str:
         row = []
         for key, _, form in COLUMNS:
             value = getattr(point, key)
-            row.append("n/a" if key == "server_cpu" and value < 0 else form.format(value))
+            row.append(_cell(point, key, value, form))
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = ["  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def _cell(point: Point, key: str, value: object, form: str) -> str:
+    # A closed loop has no request rate and an open loop no concurrency: say which ran.
+    if key == "request_rate" and point.request_rate <= 0:
+        return "closed"
+    if key == "concurrency" and point.request_rate > 0:
+        return "open"
+    if key == "server_cpu" and isinstance(value, float) and value < 0:
+        return "n/a"
+    return form.format(value)
 
 
 def to_csv(points: Sequence[Point]) -> str:

@@ -38,7 +38,7 @@ def test_grpc_sweep_writes_table_csv_json_and_png(server: Server, tmp_path: Path
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines[0].split()[:3] == ["Conc", "Rate/s", "Infer/s"]
-    assert [line.split()[0] for line in lines[1:]] == ["1", "3"]
+    assert [line.split()[:2] for line in lines[1:]] == [["1", "closed"], ["3", "closed"]]
     rows = list(csv.DictReader(csv_path.read_text().splitlines()))
     assert [int(r["concurrency"]) for r in rows] == [1, 3]
     assert all(float(r["throughput"]) > 0 and r["errors"] == "0" for r in rows)
@@ -56,7 +56,7 @@ def test_http_with_shared_memory_and_request_rate(server: Server) -> None:
     result = bench("-m", "simple", "-u", server.http, "-i", "http", "--shared-memory", "system", "--request-rate", "50")
     assert result.returncode == 0, result.stderr
     row = result.stdout.strip().splitlines()[1].split()
-    assert row[1] == "50" and float(row[2]) > 0 and row[-1] == "0"
+    assert row[:2] == ["open", "50"] and float(row[2]) > 0 and row[-1] == "0"
 
 
 def test_input_data_file_and_dynamic_shape(server: Server, tmp_path: Path) -> None:
