@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import re
 import socket
@@ -56,7 +57,16 @@ def advertised_host(settings: SidecarSettings) -> str:
     consul_host = settings.consul.split("://")[-1].rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((consul_host, 9))  # UDP connect sends nothing; it only picks the route
-        return str(probe.getsockname()[0])
+        host = str(probe.getsockname()[0])
+    if ipaddress.ip_address(host).is_loopback:
+        log.warning(
+            "bound to %s but advertising %s to Consul (the route to the agent at %s is loopback): "
+            "gateways on other hosts cannot reach this sidecar; give --advertise-address",
+            settings.host,
+            host,
+            consul_host,
+        )
+    return host
 
 
 class ConsulRegistration:
