@@ -109,6 +109,9 @@ class ModelManager:
         self.runtime = runtime
         self.repository = Repository(settings.model_repositories, settings.framework)
         self.models: dict[str, ModelEntry] = {}
+        # The model folders of the last repository scan: an unknown model found there is
+        # one a client has not loaded yet (explicit mode), which its error says.
+        self.listed: frozenset[str] = frozenset()
         self.exiting = False
         explicit = settings.model_control_mode is ControlMode.EXPLICIT
         self.journal = LoadJournal.beside(settings.lane_path if explicit else "")
@@ -121,6 +124,7 @@ class ModelManager:
         """The start-up loads of the control mode; returns the failures' texts."""
         scan = await asyncio.to_thread(self.repository.scan)
         folders = scan.folders
+        self.listed = frozenset(folders)
         # Loading "all models" fails when a repository could not be read (as Triton).
         unread = list(scan.failures)
         replays: dict[str, Replay] = {}
@@ -152,6 +156,7 @@ class ModelManager:
     async def poll_once(self) -> None:
         scan = await asyncio.to_thread(self.repository.scan)
         folders = scan.folders
+        self.listed = frozenset(folders)
         for failure in scan.failures:
             log.error("%s", failure)
         tasks = []
@@ -331,7 +336,13 @@ class ModelManager:
         """The READY version a request names ("" = the newest READY one), or Triton's error."""
         entry = self.models.get(name)
         if entry is None or not entry.versions:
-            raise not_found(f"Request for unknown model: '{name}' is not found")
+            hint = ""
+            if name in self.listed and self.settings.model_control_mode is ControlMode.EXPLICIT:
+                hint = (
+                    f" (model '{name}' is in the repository but not loaded; "
+                    f"load it with POST /v2/repository/models/{name}/load)"
+                )
+            raise not_found(f"Request for unknown model: '{name}' is not found{hint}")
         version = parse_version(version_text) if version_text else -1
         if version < 0:
             for version in sorted(entry.versions, reverse=True):
@@ -381,6 +392,7 @@ class ModelManager:
     async def index(self, ready_only: bool) -> list[IndexEntry]:
         """One entry per (model, version); models never loaded as their name alone."""
         folders = (await asyncio.to_thread(self.repository.scan)).folders
+        self.listed = frozenset(folders)
         names = set(folders) | set(self.models)
         entries: list[IndexEntry] = []
         for name in sorted(names):

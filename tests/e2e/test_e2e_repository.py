@@ -96,6 +96,24 @@ def test_ready_endpoint_for_unloaded_model(explicit_server: Server) -> None:
     assert response.json() == {"error": "Model version not ready"}
 
 
+def test_inferring_a_model_that_is_in_the_repository_but_not_loaded_says_how_to_load_it(
+    explicit_server: Server,
+) -> None:
+    data = np.ones((1, 4), dtype=np.float32)
+    expected = (
+        "Request for unknown model: 'identity_fp32' is not found (model 'identity_fp32' is in the repository "
+        "but not loaded; load it with POST /v2/repository/models/identity_fp32/load)"
+    )
+    with httpclient.InferenceServerClient(explicit_server.http) as client:
+        tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+        tensor.set_data_from_numpy(data)
+        assert error_of(lambda: client.infer("identity_fp32", [tensor])).message() == expected
+    with grpcclient.InferenceServerClient(explicit_server.grpc) as client:
+        tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+        tensor.set_data_from_numpy(data)
+        assert error_of(lambda: client.infer("identity_fp32", [tensor])).message() == expected
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_config_override(explicit_server: Server, protocol: str) -> None:
     if protocol == "http":
