@@ -11,6 +11,7 @@ import signal
 import ssl
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -21,7 +22,7 @@ from protos.ready import SIDECAR_READY, ready_line
 from protos.rpc import MESSAGE_SIZE_OPTIONS, server_credentials
 from protos.triton_metrics import MetricsEndpoint, on_loop
 from sidecars.metrics import SidecarMetrics
-from sidecars.models import ModelManager
+from sidecars.models import IndexEntry, ModelManager
 from sidecars.registration import ConsulRegistration
 from sidecars.runtime import Runtime, RuntimeUnavailable, UnavailableRuntime, runtime_for
 from sidecars.server import add_services
@@ -115,6 +116,7 @@ async def serve(settings: SidecarSettings) -> int:
     await server.start()
 
     failures = await manager.start()
+    log.info("\n%s", model_table(await manager.index(ready_only=False)))  # Triton logs the same table
     for failure in failures:
         log.error("%s", failure)
     if failures and settings.exit_on_error:
@@ -207,3 +209,18 @@ def run(settings: SidecarSettings) -> int:
     logging.basicConfig(stream=sys.stderr)
     LogSettings.of(settings).apply()
     return asyncio.run(serve(settings))
+
+
+def model_table(entries: Sequence[IndexEntry]) -> str:
+    """The models this sidecar tried to load and their states, as Triton's start-up table."""
+    rows = [("Model", "Version", "Status")]
+    rows += [(e.name, e.version, f"{e.state}: {e.reason}" if e.reason else e.state) for e in entries if e.state]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    lines = [rule]
+    for number, row in enumerate(rows):
+        lines.append("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |")
+        if number == 0:
+            lines.append(rule)
+    lines.append(rule)
+    return "\n".join(lines)

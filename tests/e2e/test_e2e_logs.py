@@ -4,6 +4,7 @@ sidecar under one request id (the gateway's own when the client sent none), and
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
@@ -90,3 +91,16 @@ def test_the_supervisors_lines_take_the_chosen_format_and_scrapes_log_nothing(re
         # The metrics port scrapes every sidecar over HTTP: at the default level that is silent.
         assert not any(str(d.get("logger", "")).startswith("httpx") for d in server.json_lines())
         assert not any("HTTP Request:" in line for line in server.lines)
+
+
+def test_each_sidecar_prints_tritons_model_table_before_it_is_ready(tmp_path: Path) -> None:
+    repo = write_repository(tmp_path, ("simple", "identity_fp32"))
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "1" / "model.onnx").write_bytes(b"not an onnx model")
+    with turnout_up(repo, "--exit-on-error=false") as server:
+        output = server.output()
+    table = [line for line in output.splitlines() if line.startswith(("+-", "| "))]
+    assert re.search(r"^\| Model +\| Version +\| Status +\|$", "\n".join(table), re.M), output[-3000:]
+    assert any(re.fullmatch(r"\| simple +\| 1 +\| READY +\|", line) for line in table), table
+    assert any(re.fullmatch(r"\| broken +\| 1 +\| UNAVAILABLE: .+\|", line) for line in table), table
+    assert output.index("| simple") < output.index("TURNOUT_READY")
