@@ -1,12 +1,20 @@
-"""Command-line rules both programs share: what a `--model-repository` value may be."""
+"""Command-line rules both programs share: Triton's boolean flags, and what a
+`--model-repository` value may be."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import click
 
 from protos.remote import RemoteError, check_extra, is_remote, parse_location
+
+# Triton spells booleans `--flag=true|false`; a bare `--flag` means true. Pass as
+# `click.option("--name", default=..., **TRITON_BOOL)`.
+TRITON_BOOL: dict[str, Any] = {"type": click.BOOL, "is_flag": False, "flag_value": True, "show_default": True}
+# `-h` as well as `--help`, on every command.
+HELP_OPTIONS = ["-h", "--help"]
 
 RepositoryCallback = Callable[[click.Context, click.Parameter, tuple[str, ...]], tuple[str, ...]]
 

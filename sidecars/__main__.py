@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from protos.flags import model_repositories
+from protos.flags import HELP_OPTIONS, TRITON_BOOL, model_repositories
 from sidecars.process import run
 from sidecars.runtime import RUNTIMES
 from sidecars.settings import ControlMode, SidecarSettings
@@ -25,7 +25,9 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-@click.command(context_settings={"auto_envvar_prefix": "TURNOUT_SIDECAR", "show_default": True})
+@click.command(
+    context_settings={"auto_envvar_prefix": "TURNOUT_SIDECAR", "show_default": True, "help_option_names": HELP_OPTIONS}
+)
 @click.option("--framework", required=True, type=click.Choice(sorted(RUNTIMES)))
 @click.option(
     "--model-repository",
@@ -47,19 +49,19 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     multiple=True,
     help="explicit mode: load at start ('*' = all)",
 )
-@click.option("--exit-on-error/--no-exit-on-error", default=True)
-@click.option("--strict-readiness/--no-strict-readiness", default=True)
+@click.option("--exit-on-error", default=True, **TRITON_BOOL)
+@click.option("--strict-readiness", default=True, **TRITON_BOOL)
 @click.option("--disable-auto-complete-config", is_flag=True, default=False)
 @click.option("--backend-config", multiple=True, help="<setting>=<value>, e.g. default-max-batch-size=4")
 @click.option("--exit-timeout-secs", default=30.0, type=click.FloatRange(min=0))
 @click.option("--log-verbose", default=0, type=click.IntRange(min=0))
-@click.option("--log-info", default=True, type=click.BOOL)
-@click.option("--log-warning", default=True, type=click.BOOL)
-@click.option("--log-error", default=True, type=click.BOOL)
+@click.option("--log-info", default=True, **TRITON_BOOL)
+@click.option("--log-warning", default=True, **TRITON_BOOL)
+@click.option("--log-error", default=True, **TRITON_BOOL)
 @click.option("--log-format", default="default", type=click.Choice(["default", "ISO8601", "json"]))
 @click.option("--log-file", default="", help="write log lines to this file instead of the console")
 @click.option("--metrics-port", default=0, type=click.IntRange(0, 65535), help="/metrics port; 0 binds a free port")
-@click.option("--allow-metrics", default=True, type=click.BOOL)
+@click.option("--allow-metrics", default=True, **TRITON_BOOL)
 @click.option(
     "--lane",
     default="auto",
@@ -74,8 +76,8 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--device", default="cpu", help="the device advertised in the registration's meta")
 @click.option("--consul-check-interval", default="1s", help="how often Consul checks our gRPC health")
 @click.option("--consul-deregister-after", default="1m", help="Consul drops us after critical this long")
-@click.option("--grpc-use-ssl", default=False, type=click.BOOL, help="serve gRPC and the infer lane over TLS")
-@click.option("--grpc-use-ssl-mutual", default=False, type=click.BOOL, help="TLS that requires client certificates")
+@click.option("--grpc-use-ssl", default=False, help="serve gRPC and the infer lane over TLS", **TRITON_BOOL)
+@click.option("--grpc-use-ssl-mutual", default=False, help="TLS that requires client certificates", **TRITON_BOOL)
 @click.option("--grpc-server-cert", default="", help="PEM server certificate (chain) for TLS")
 @click.option("--grpc-server-key", default="", help="PEM private key for TLS")
 @click.option("--grpc-root-cert", default="", help="PEM CA certificates that sign client certificates")
@@ -169,4 +171,4 @@ def main(
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="turnout sidecar")

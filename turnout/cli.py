@@ -14,10 +14,7 @@ from typing import Any
 import click
 
 from gateway.settings import GatewaySettings, SidecarAddress
-from protos.flags import model_repositories
-
-# Triton spells booleans `--flag=true|false`; a bare `--flag` means true.
-_BOOL: dict[str, Any] = {"type": click.BOOL, "is_flag": False, "flag_value": True, "show_default": True}
+from protos.flags import HELP_OPTIONS, TRITON_BOOL, model_repositories
 
 
 def _check_restrictions(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
@@ -36,23 +33,23 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--http-port", type=int, default=8000, show_default=True),
         click.option("--grpc-port", type=int, default=8001, show_default=True),
         click.option("--metrics-port", type=int, default=8002, show_default=True),
-        click.option("--allow-http", default=True, **_BOOL),
-        click.option("--allow-grpc", default=True, **_BOOL),
-        click.option("--allow-metrics", default=True, **_BOOL),
+        click.option("--allow-http", default=True, **TRITON_BOOL),
+        click.option("--allow-grpc", default=True, **TRITON_BOOL),
+        click.option("--allow-metrics", default=True, **TRITON_BOOL),
         click.option(
             "--model-control-mode",
             type=click.Choice(["none", "explicit", "poll"]),
             default="none",
             show_default=True,
         ),
-        click.option("--strict-readiness", default=True, **_BOOL),
-        click.option("--allow-client-shm", default=False, **_BOOL),
+        click.option("--strict-readiness", default=True, **TRITON_BOOL),
+        click.option("--allow-client-shm", default=False, **TRITON_BOOL),
         click.option("--exit-timeout-secs", type=float, default=30.0, show_default=True),
         click.option("--http-max-input-size", type=int, default=64 * 2**20, show_default=True),
         click.option("--log-verbose", type=int, default=0, show_default=True),
-        click.option("--log-info", default=True, **_BOOL),
-        click.option("--log-warning", default=True, **_BOOL),
-        click.option("--log-error", default=True, **_BOOL),
+        click.option("--log-info", default=True, **TRITON_BOOL),
+        click.option("--log-warning", default=True, **TRITON_BOOL),
+        click.option("--log-error", default=True, **TRITON_BOOL),
         click.option(
             "--log-format", type=click.Choice(["default", "ISO8601", "json"]), default="default", show_default=True
         ),
@@ -64,8 +61,8 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="YAML routing policies: models: {<model>: {weights: {'1': 90, '2': 10}, sticky_header: x-user}}.",
         ),
         click.option("--routing-seed", type=int, default=None, help="Seed for weighted draws (replayable runs)."),
-        click.option("--grpc-use-ssl", default=False, **_BOOL),
-        click.option("--grpc-use-ssl-mutual", default=False, **_BOOL),
+        click.option("--grpc-use-ssl", default=False, **TRITON_BOOL),
+        click.option("--grpc-use-ssl-mutual", default=False, **TRITON_BOOL),
         click.option("--grpc-server-cert", default="", help="PEM server certificate (chain) for gRPC TLS."),
         click.option("--grpc-server-key", default="", help="PEM private key for gRPC TLS."),
         click.option("--grpc-root-cert", default="", help="PEM CA certificates that sign client certificates."),
@@ -75,7 +72,7 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
             "--sidecar-use-ssl",
             default=False,
             help="Reach --sidecar sidecars over TLS (under Consul, each says); the next flags imply it.",
-            **_BOOL,
+            **TRITON_BOOL,
         ),
         click.option("--sidecar-ssl-root-cert", default="", help="PEM CA certificates that sign sidecar certificates."),
         click.option("--sidecar-ssl-cert", default="", help="PEM client certificate for sidecars with mutual TLS."),
@@ -154,8 +151,8 @@ def _sidecar_arguments(
         f"--log-format={log_format}",
         f"--log-file={log_file}",
         "--metrics-port=0",
-        "--exit-on-error" if exit_on_error else "--no-exit-on-error",
-        "--strict-readiness" if strict_readiness else "--no-strict-readiness",
+        f"--exit-on-error={exit_on_error}",
+        f"--strict-readiness={strict_readiness}",
     ]
     arguments += [f"--backend-config={c}" for c in backend_configs]
     if disable_auto_complete_config:
@@ -183,7 +180,7 @@ def _sidecar_tls_arguments(flags: dict[str, Any]) -> list[str]:
     ]
 
 
-@click.group(context_settings={"auto_envvar_prefix": "TURNOUT", "help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"auto_envvar_prefix": "TURNOUT", "help_option_names": HELP_OPTIONS})
 @click.version_option(package_name="turnout")
 def cli() -> None:
     """A Triton-compatible inference gateway with one sidecar process per framework."""
@@ -207,7 +204,7 @@ def cli() -> None:
     multiple=True,
     help="Model to load at start in explicit mode; '*' = all.",
 )
-@click.option("--exit-on-error", default=True, **_BOOL)
+@click.option("--exit-on-error", default=True, **TRITON_BOOL)
 @click.option("--repository-poll-secs", type=float, default=15.0, show_default=True)
 @click.option("--disable-auto-complete-config", is_flag=True, default=False)
 @click.option(
@@ -322,4 +319,4 @@ def bench(ctx: click.Context) -> None:
 
 
 def main() -> None:
-    cli()
+    cli(prog_name="turnout")  # also under `python -m turnout`

@@ -11,6 +11,7 @@ from tritonclient.utils import InferenceServerException
 
 from bench.loadgen.load import LoadSettings, Point, Target, measure
 from bench.loadgen.report import plot, table, to_csv, to_json
+from protos.flags import HELP_OPTIONS
 
 
 def _range(text: str) -> list[int]:
@@ -58,7 +59,7 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-@click.command()
+@click.command(context_settings={"help_option_names": HELP_OPTIONS})
 @click.option("-m", "--model", "model", required=True, help="Model name.")
 @click.option("-u", "--url", default="localhost:8001", show_default=True, help="host:port of the server.")
 @click.option("-i", "--protocol", type=click.Choice(["grpc", "http"]), default="grpc", show_default=True)

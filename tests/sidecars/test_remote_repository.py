@@ -127,7 +127,7 @@ def test_missing_bucket(store: ObjectStore, aws: Path, tmp_path: Path) -> None:
         "--model-repository=s3://no-such-bucket/models",
         "--model-control-mode=explicit",
         "--load-model=simple",
-        "--no-exit-on-error",
+        "--exit-on-error=false",
     )
     try:
         client = grpcclient.InferenceServerClient(sidecar.url)

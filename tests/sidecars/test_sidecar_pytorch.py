@@ -76,7 +76,7 @@ def build_repository(repo: Path) -> Path:
 @pytest.fixture(scope="module")
 def torch_sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
     repo = build_repository(tmp_path_factory.mktemp("torch_repo"))
-    with running(repo, "--no-exit-on-error", framework="pytorch") as sidecar:
+    with running(repo, "--exit-on-error=false", framework="pytorch") as sidecar:
         yield sidecar
 
 

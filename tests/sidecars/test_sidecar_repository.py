@@ -190,11 +190,11 @@ def test_exit_on_error(tmp_path: Path) -> None:
     assert caught.value.returncode == 1
     assert "autofill failed for model 'unbatched'" in caught.value.output
 
-    with running(tmp_path, "--no-exit-on-error") as sidecar:
+    with running(tmp_path, "--exit-on-error=false") as sidecar:
         client = grpcclient.InferenceServerClient(sidecar.url)
         assert client.is_model_ready("simple")
         assert not client.is_server_ready()  # strict readiness: one model failed
-    with running(tmp_path, "--no-exit-on-error", "--no-strict-readiness") as sidecar:
+    with running(tmp_path, "--exit-on-error=false", "--strict-readiness=false") as sidecar:
         assert grpcclient.InferenceServerClient(sidecar.url).is_server_ready()
 
 

@@ -36,7 +36,7 @@ def sidecar_settings(
     repository: Path, mode: str = "none", load_models: tuple[str, ...] = (), strict_readiness: bool = True
 ) -> SidecarSettings:
     """As sidecars/__main__.py builds them from `--framework onnxruntime --model-repository DIR
-    --model-control-mode MODE [--load-model M]... [--no-strict-readiness]`."""
+    --model-control-mode MODE [--load-model M]... [--strict-readiness=false]`."""
     return SidecarSettings(
         framework="onnxruntime",
         model_repositories=(str(repository),),
