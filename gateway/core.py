@@ -29,6 +29,7 @@ from gateway.routing.shadows import ShadowMirror
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory, uses_shared_memory
 from gateway.upstream import READY_TIMEOUT_SECS, SidecarClient
+from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos.identity import GATEWAY_EXTENSIONS, server_metadata
 from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, fill_log_response, log_updates, request_id_parameter
@@ -160,6 +161,10 @@ class Gateway:
         if verbose:
             logger.debug("infer model '%s' version '%s' over %s", model, version, protocol)
         try:
+            if encoded is None and codec.is_raw_binary(request):
+                # A raw binary body (HTTP) has no shape: Triton deduces it from the config.
+                answer = await self.model_config(pb.ModelConfigRequest(name=model, version=request.model_version))
+                codec.deduce_raw_input(request, answer.config)
             if self.ensembles.runs(model):
                 response = await self._infer_ensemble(request, version, context)
             elif uses_shared_memory(request):
@@ -329,7 +334,7 @@ class Gateway:
         return self._shm.cuda_status(request.name)
 
     def cuda_shm_register(self, request: pb.CudaSharedMemoryRegisterRequest) -> None:
-        self._shm.cuda_register(request.name)
+        self._shm.cuda_register(request.name, request.raw_handle)
 
     def cuda_shm_unregister(self, request: pb.CudaSharedMemoryUnregisterRequest) -> None:
         self._shm.cuda_unregister(request.name)

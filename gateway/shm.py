@@ -20,6 +20,7 @@ from protos.status import Status, TurnoutError, internal, invalid_arg, not_found
 DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 SHM_ROOT = Path("/dev/shm")
+CUDA_IPC_HANDLE_SIZE = 64  # sizeof(cudaIpcMemHandle_t)
 
 SHM_REGION = "shared_memory_region"
 SHM_BYTE_SIZE = "shared_memory_byte_size"
@@ -222,9 +223,14 @@ class SharedMemory:
             raise not_found(f"Unable to find cuda shared memory region: '{name}'")
         return pb.CudaSharedMemoryStatusResponse()
 
-    def cuda_register(self, name: str) -> None:
+    def cuda_register(self, name: str, raw_handle: bytes) -> None:
+        """Refuse as Triton does, arguments first: a handle that is no cudaIpcMemHandle_t
+        is what a GPU build fails to open ("invalid args"); a well-formed one meets the
+        answer of a build without GPUs, as this server is one for client CUDA memory."""
         self.check_enabled()
-        raise unsupported(f"failed to register CUDA shared memory region: '{name}', GPUs not supported")
+        if len(raw_handle) != CUDA_IPC_HANDLE_SIZE:
+            raise invalid_arg("failed to register shared memory region: invalid args")
+        raise invalid_arg(f"failed to register CUDA shared memory region: '{name}', GPUs not supported")
 
     def cuda_unregister(self, name: str) -> None:
         self.check_enabled()  # nothing can be registered, so there is nothing to release

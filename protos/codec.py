@@ -1,7 +1,8 @@
 """Tensor bytes as the protocol lays them out: little-endian, row-major, and BYTES
-elements each prefixed by a uint32 little-endian length.
+elements each prefixed by a uint32 little-endian length; and the tensor of a raw binary
+HTTP body, whose shape Triton deduces from the model's config.
 
-Sidecars decode once, into numpy; the gateway only needs these for JSON and shm.
+Sidecars decode once, into numpy; the gateway only needs these for JSON, shm and raw bodies.
 """
 
 from __future__ import annotations
@@ -13,9 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from protos.datatypes import BY_NAME, DataType
+from protos import grpc_service_pb2 as pb
+from protos import model_config_pb2 as mc
+from protos.datatypes import BY_CONFIG_NAME, BY_NAME, DataType
+from protos.status import invalid_arg
 
 _LENGTH = struct.Struct("<I")
+# Marks the one input of a raw binary HTTP body until the gateway deduces its tensor.
+RAW_BINARY_PARAMETER = "turnout_raw_binary"
+# Triton's name for that input, which its errors about the data keep using.
+RAW_INPUT_NAME = "raw_input"
 
 
 class CodecError(ValueError):
@@ -106,12 +114,68 @@ def from_contents(values: Sequence[Any], datatype: DataType, shape: Sequence[int
 
 
 def to_json_data(buffer: bytes | memoryview, datatype: DataType, shape: Sequence[int]) -> list[Any]:
-    """Flat JSON `data` for a raw tensor: numbers, booleans, or strings for BYTES."""
+    """Flat JSON `data` for a raw tensor: numbers, booleans, or strings for BYTES. Triton
+    writes BYTES into JSON strings as they are, so bytes that are not UTF-8 come back
+    surrogate-escaped: encode the document with errors="surrogateescape" to write them."""
     if datatype.name == "BYTES":
-        return [e.decode("utf-8", errors="replace") for e in deserialize_bytes(buffer)]
+        return [e.decode("utf-8", errors="surrogateescape") for e in deserialize_bytes(buffer)]
     array = from_raw(buffer, datatype, shape)
     return array.reshape(-1).tolist()
 
 
 def datatype(name: str) -> DataType | None:
     return BY_NAME.get(name)
+
+
+def is_raw_binary(request: pb.ModelInferRequest) -> bool:
+    """Whether `request` is a raw binary body still waiting for `deduce_raw_input`."""
+    return len(request.inputs) == 1 and RAW_BINARY_PARAMETER in request.inputs[0].parameters
+
+
+def deduce_raw_input(request: pb.ModelInferRequest, config: mc.ModelConfig) -> None:
+    """Give a raw binary request's input its name, datatype and shape from the model's
+    config, as Triton core's InferenceRequest::Normalize does: `[1] + dims` for a batching
+    model (`dims` otherwise), the one variable dim taking what the body holds; a BYTES
+    body is the one element of an input of shape [1]. Raises Triton's errors."""
+    prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    model = request.model_name
+    if len(config.input) != 1:
+        raise invalid_arg(
+            f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got {len(config.input)} "
+            f"inputs in '{model}' model configuration"
+        )
+    spec = config.input[0]
+    shape = [1] if config.max_batch_size != 0 else []
+    variable = -1
+    fixed_count = 1
+    for dim in spec.dims:
+        if dim == -1:
+            if variable != -1:
+                raise invalid_arg(
+                    f"{prefix}The shape of the raw input '{spec.name}' can not be deduced because there are more "
+                    "than one variable-sized dimension"
+                )
+            variable = len(shape)
+        else:
+            fixed_count *= dim
+        shape.append(dim)
+    datatype = BY_CONFIG_NAME[mc.DataType.Name(spec.data_type)]
+    data = request.raw_input_contents[0]
+    if datatype.name == "BYTES":
+        if variable != -1 or fixed_count != 1:
+            raise invalid_arg(f"{prefix}For BYTE datatype raw input '{spec.name}', the model must have input shape [1]")
+        request.raw_input_contents[0] = _LENGTH.pack(len(data)) + data
+    else:
+        if variable != -1:
+            shape[variable] = len(data) // fixed_count // datatype.size if fixed_count else 0
+        expected = element_count(shape) * datatype.size
+        if len(data) != expected:
+            raise invalid_arg(
+                f"{prefix}input byte size mismatch for input '{RAW_INPUT_NAME}' for model '{model}'. "
+                f"Expected {expected}, got {len(data)}"
+            )
+    tensor = request.inputs[0]
+    del tensor.parameters[RAW_BINARY_PARAMETER]
+    tensor.name = spec.name
+    tensor.datatype = datatype.name
+    tensor.shape[:] = shape

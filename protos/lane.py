@@ -11,6 +11,12 @@ its client went away): the sidecar cancels it, which drops it from its batcher's
 if it has not run yet, and sends no reply. Writes made in one turn
 of the event loop leave in one syscall, so concurrent calls share the hop's cost.
 Either end may put TLS under the frames (an `ssl.SSLContext`), on TCP or a Unix socket.
+
+A frame may carry at most `max_frame` payload bytes (MAX_FRAME: the largest gRPC message
+Triton takes, plus the request id), checked on both ends: a sender refuses to send a larger
+one; a receiver reads a larger frame's header only, answers it with an error and drops its
+bytes as they arrive, never holding them, so a stream that lies about a length cannot make
+it allocate.
 """
 
 from __future__ import annotations
@@ -21,11 +27,14 @@ import ssl
 import struct
 from collections.abc import Awaitable, Callable
 from enum import IntEnum
+from functools import partial
 
+from protos.rpc import MAX_MESSAGE_BYTES
 from protos.status import Status, TurnoutError
 
 _HEADER = struct.Struct("<IQB")
-MAX_FRAME = 2**31 - 1
+MAX_REQUEST_ID = 255
+MAX_FRAME = MAX_MESSAGE_BYTES + 1 + MAX_REQUEST_ID
 # A peer that never answers the handshake (a plain lane, most often) must not stall a call.
 TLS_HANDSHAKE_TIMEOUT_SECS = 5.0
 
@@ -46,12 +55,19 @@ def decode_error(payload: bytes) -> TurnoutError:
     return TurnoutError(Status[status.decode()], message.decode(errors="replace"))
 
 
+def too_large(size: int, limit: int, sent: bool) -> str:
+    """gRPC's own words for a message over its limit, which a lane frame shares."""
+    return f"{'Sent' if sent else 'Received'} message larger than max ({size} vs. {limit})"
+
+
 class _Framer(asyncio.Protocol):
     """Splits the byte stream into frames and batches outgoing writes per loop turn."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_frame: int) -> None:
         self._buffer = bytearray()
         self._pending: list[bytes] = []
+        self._skipping = 0  # bytes still to come of a refused frame, dropped as they arrive
+        self.max_frame = max_frame
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -59,16 +75,28 @@ class _Framer(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        if self._skipping:
+            if len(data) <= self._skipping:
+                self._skipping -= len(data)
+                return
+            data = data[self._skipping :]
+            self._skipping = 0
         buffer = self._buffer
         buffer += data
         offset = 0
         size = len(buffer)
         while size - offset >= _HEADER.size:
             length, call_id, kind = _HEADER.unpack_from(buffer, offset)
-            end = offset + _HEADER.size + length
+            start = offset + _HEADER.size
+            if length > self.max_frame:
+                self.frame_refused(call_id, kind, length)
+                offset = min(start + length, size)
+                self._skipping = start + length - offset
+                continue
+            end = start + length
             if end > size:
                 break
-            self.frame_received(call_id, kind, bytes(buffer[offset + _HEADER.size : end]))
+            self.frame_received(call_id, kind, bytes(buffer[start:end]))
             offset = end
         if offset:
             del buffer[:offset]
@@ -89,9 +117,12 @@ class _Framer(asyncio.Protocol):
     def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
         raise NotImplementedError
 
+    def frame_refused(self, call_id: int, kind: int, length: int) -> None:
+        """A frame over max_frame arrived; its payload is being dropped."""
+        raise NotImplementedError
+
 
 Handler = Callable[[memoryview, str], Awaitable[bytes]]
-MAX_REQUEST_ID = 255
 
 
 def request_id_prefix(request_id: str) -> bytes:
@@ -104,8 +135,8 @@ def request_id_prefix(request_id: str) -> bytes:
 
 
 class _ServerConnection(_Framer):
-    def __init__(self, handler: Handler, tasks: set[asyncio.Task[None]]) -> None:
-        super().__init__()
+    def __init__(self, handler: Handler, tasks: set[asyncio.Task[None]], max_frame: int) -> None:
+        super().__init__(max_frame)
         self._handler = handler
         self._tasks = tasks
         self._calls: dict[int, asyncio.Task[None]] = {}  # in-flight answers of this connection, by call id
@@ -126,6 +157,11 @@ class _ServerConnection(_Framer):
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda _: self._calls.pop(call_id, None))
 
+    def frame_refused(self, call_id: int, kind: int, length: int) -> None:
+        if kind == Kind.INFER:
+            message = too_large(length, self.max_frame, sent=False)
+            self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INVALID_ARG, message)))
+
     def connection_lost(self, exc: Exception | None) -> None:
         # The gateway is gone: nobody waits for these answers any more.
         for call in list(self._calls.values()):
@@ -140,29 +176,35 @@ class _ServerConnection(_Framer):
         except Exception as error:  # the peer must always get an answer
             self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, str(error))))
         else:
-            self.send(call_id, Kind.REPLY, reply)
+            if len(reply) > self.max_frame:  # the gateway would refuse it anyway
+                message = too_large(len(reply), self.max_frame, sent=True)
+                self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, message)))
+            else:
+                self.send(call_id, Kind.REPLY, reply)
 
 
 class LaneServer:
     """Serves the lane on a Unix socket path or a TCP host:port; `handler` answers one
-    request, given the serialized request and its request id ("" when none came)."""
+    request, given the serialized request and its request id ("" when none came).
+    Frames over `max_frame` bytes are refused both ways."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, max_frame: int = MAX_FRAME) -> None:
         self._handler = handler
+        self._max_frame = max_frame
         self._server: asyncio.AbstractServer | None = None
         self.tasks: set[asyncio.Task[None]] = set()  # in-flight answers, for draining
 
     async def start_unix(self, path: str, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(
-            lambda: _ServerConnection(self._handler, self.tasks), path, ssl=tls
+            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame), path, ssl=tls
         )
         return f"unix:{path}"
 
     async def start_tcp(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _ServerConnection(self._handler, self.tasks), host, port, ssl=tls
+            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame), host, port, ssl=tls
         )
         bound = self._server.sockets[0].getsockname()
         return f"{bound[0]}:{bound[1]}"
@@ -178,8 +220,8 @@ class LaneServer:
 
 
 class _ClientConnection(_Framer):
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, max_frame: int) -> None:
+        super().__init__(max_frame)
         self.waiting: dict[int, asyncio.Future[bytes]] = {}
         self.closed = False
 
@@ -191,6 +233,11 @@ class _ClientConnection(_Framer):
             future.set_result(payload)
         else:
             future.set_exception(decode_error(payload))
+
+    def frame_refused(self, call_id: int, kind: int, length: int) -> None:
+        future = self.waiting.pop(call_id, None)
+        if future is not None and not future.done():
+            future.set_exception(TurnoutError(Status.INTERNAL, too_large(length, self.max_frame, sent=False)))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -207,10 +254,14 @@ class LaneClient:
     """A connection to one sidecar's lane (`unix:/path` or `host:port`), opened on first use.
 
     With `tls`, the connection is TLS and the sidecar's certificate must name
-    `server_hostname` (for a TCP lane, its host when none is given)."""
+    `server_hostname` (for a TCP lane, its host when none is given). Frames over
+    `max_frame` bytes are refused both ways."""
 
-    def __init__(self, address: str, tls: ssl.SSLContext | None = None, server_hostname: str = "") -> None:
+    def __init__(
+        self, address: str, tls: ssl.SSLContext | None = None, server_hostname: str = "", max_frame: int = MAX_FRAME
+    ) -> None:
         self.address = address
+        self._max_frame = max_frame
         self._tls = tls
         self._server_hostname = server_hostname
         self._connection: _ClientConnection | None = None
@@ -225,11 +276,12 @@ class LaneClient:
                 return self._connection
             loop = asyncio.get_running_loop()
             tls = self._tls
+            connection = partial(_ClientConnection, self._max_frame)
             timeout = TLS_HANDSHAKE_TIMEOUT_SECS if tls is not None else None
             try:
                 if self.address.startswith("unix:"):
                     _, protocol = await loop.create_unix_connection(
-                        _ClientConnection,
+                        connection,
                         self.address[5:],
                         ssl=tls,
                         server_hostname=self._server_hostname if tls is not None else None,
@@ -239,7 +291,7 @@ class LaneClient:
                     host, _, port = self.address.rpartition(":")
                     host = host.strip("[]")
                     _, protocol = await loop.create_connection(
-                        _ClientConnection,
+                        connection,
                         host,
                         int(port),
                         ssl=tls,
@@ -261,13 +313,16 @@ class LaneClient:
     async def call(self, payload: bytes, request_id: str = "") -> bytes:
         """Send one request, tagged with `request_id`; return the reply payload or raise
         the sidecar's TurnoutError."""
+        prefix = request_id_prefix(request_id)
+        if len(prefix) + len(payload) > self._max_frame:
+            raise TurnoutError(Status.INVALID_ARG, too_large(len(prefix) + len(payload), self._max_frame, sent=True))
         connection = self._connection
         if connection is None or connection.closed:
             connection = await self._connect()
         call_id = next(self._ids)
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         connection.waiting[call_id] = future
-        connection.send(call_id, Kind.INFER, payload, request_id_prefix(request_id))
+        connection.send(call_id, Kind.INFER, payload, prefix)
         try:
             return await future
         except asyncio.CancelledError:

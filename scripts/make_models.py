@@ -43,9 +43,9 @@ CONFIG_TYPE = {name: "TYPE_STRING" if name == "BYTES" else f"TYPE_{name}" for na
 CONFIG_TYPE["BF16"] = "TYPE_BF16"
 
 
-def _save(graph: onnx.GraphProto, path: Path) -> None:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="turnout")
-    model.ir_version = IR_VERSION
+def _save(graph: onnx.GraphProto, path: Path, opset: int = OPSET, ir_version: int = IR_VERSION) -> None:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="turnout")
+    model.ir_version = ir_version
     onnx.checker.check_model(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
@@ -77,7 +77,9 @@ def _config(
 
 
 def _dims(max_batch_size: int, dims: list[int]) -> list[int | str]:
-    return (["batch"] if max_batch_size > 0 else []) + [("n" if d == -1 else d) for d in dims]
+    # Variable dims get names of their own ("n", "n1", ...): one name would tie them together.
+    names = iter(["n"] + [f"n{i}" for i in range(1, len(dims))])
+    return (["batch"] if max_batch_size > 0 else []) + [(next(names) if d == -1 else d) for d in dims]
 
 
 def write_simple(
@@ -139,20 +141,41 @@ def write_identity(
     datatype: str = "BYTES",
     max_batch_size: int = 8,
     with_config: bool = True,
+    dims: tuple[int, ...] = (-1,),
 ) -> Path:
-    """OUTPUT0 = INPUT0 for a variable-length vector of any datatype."""
+    """OUTPUT0 = INPUT0 of any datatype; by default a variable-length vector."""
     model_dir = Path(repo) / name
-    dims = _dims(max_batch_size, [-1])
+    onnx_dims = _dims(max_batch_size, list(dims))
     graph = helper.make_graph(
         [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
         name,
-        [_tensor("INPUT0", datatype, dims)],
-        [_tensor("OUTPUT0", datatype, dims)],
+        [_tensor("INPUT0", datatype, onnx_dims)],
+        [_tensor("OUTPUT0", datatype, onnx_dims)],
     )
     _save(graph, model_dir / "1" / "model.onnx")
     if with_config:
-        config = _config(name, max_batch_size, [("INPUT0", datatype, [-1])], [("OUTPUT0", datatype, [-1])])
+        shape = list(dims)
+        config = _config(name, max_batch_size, [("INPUT0", datatype, shape)], [("OUTPUT0", datatype, shape)])
         (model_dir / "config.pbtxt").write_text(config)
+    return model_dir
+
+
+def write_bytes_equal(repo: Path, name: str, expected: list[bytes]) -> Path:
+    """OUTPUT0[i] = (INPUT0[i] == expected[i]) for a BYTES vector of len(expected): a model
+    that answers whether each element reached it as exactly those bytes."""
+    model_dir = Path(repo) / name
+    count = len(expected)
+    constant = helper.make_tensor("EXPECTED", TensorProto.STRING, [count], expected)
+    graph = helper.make_graph(
+        [helper.make_node("Equal", ["INPUT0", "EXPECTED"], ["OUTPUT0"])],
+        name,
+        [_tensor("INPUT0", "BYTES", [count])],
+        [_tensor("OUTPUT0", "BOOL", [count])],
+        initializer=[constant],
+    )
+    _save(graph, model_dir / "1" / "model.onnx", opset=19, ir_version=9)  # Equal takes strings from opset 19
+    config = _config(name, 0, [("INPUT0", "BYTES", [count])], [("OUTPUT0", "BOOL", [count])])
+    (model_dir / "config.pbtxt").write_text(config)
     return model_dir
 
 

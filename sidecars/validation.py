@@ -3,6 +3,7 @@ decode of each input into numpy (typed `contents` or `raw_input_contents`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,8 @@ from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME, DataType
 from protos.sequence import SequenceFlags, read_sequence
 from protos.status import TurnoutError, invalid_arg, unsupported
+
+_INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,9 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     """Check a request as Triton's core does and decode its inputs once."""
     model = signature.model
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    # Triton refuses a repeated name as it builds the request, before checking it.
+    _refuse_repeats((tensor.name for tensor in request.inputs), "input", prefix)
+    _refuse_repeats((output.name for output in request.outputs), "output", prefix)
     outputs = _requested_outputs(request, signature)
 
     given = [tensor.name for tensor in request.inputs]
@@ -166,6 +172,7 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
                 f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
                 f"but model '{model}' expects '{spec.datatype.name}'"
             )
+        _check_byte_size(spec.datatype, shape, tensor.name)
         if "shared_memory_region" in tensor.parameters:
             raise unsupported(
                 f"shared memory input '{tensor.name}' must be resolved by the gateway before model '{model}'"
@@ -195,6 +202,28 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     key.sort()
     sequence = read_sequence(parameters) if "sequence_id" in parameters or "sequence_start" in parameters else None
     return ValidRequest(request.id, inputs, batch_size, tuple(key), outputs, priority, timeout, sequence)
+
+
+def _refuse_repeats(names: Iterable[str], kind: str, prefix: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise invalid_arg(f"{prefix}{kind} '{name}' already exists in request")
+        seen.add(name)
+
+
+def _check_byte_size(datatype: DataType, shape: list[int], name: str) -> None:
+    """Triton core's overflow checks on a shape (GetElementCount / GetByteSize), made
+    before any data is read: sizes past int64 are refused with its texts."""
+    count = 1
+    for dim in shape:
+        if dim and count > _INT64_MAX // dim:
+            if datatype.name == "BYTES":
+                raise invalid_arg(f"element count for tensor '{name}' exceeds maximum size of {_INT64_MAX}")
+            raise invalid_arg(f"byte size for tensor '{name}' exceeds maximum size of {_INT64_MAX}")
+        count *= dim
+    if datatype.size and count > _INT64_MAX // datatype.size:
+        raise invalid_arg(f"byte size for tensor '{name}' exceeds maximum size of {_INT64_MAX}")
 
 
 def _no_data(name: str, model: str) -> TurnoutError:

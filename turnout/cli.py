@@ -45,7 +45,7 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--strict-readiness", default=True, **TRITON_BOOL),
         click.option("--allow-client-shm", default=False, **TRITON_BOOL),
         click.option("--exit-timeout-secs", type=float, default=30.0, show_default=True),
-        click.option("--http-max-input-size", type=int, default=64 * 2**20, show_default=True),
+        click.option("--http-max-input-size", type=click.IntRange(min=1), default=64 * 2**20, show_default=True),
         click.option("--log-verbose", type=int, default=0, show_default=True),
         click.option("--log-info", default=True, **TRITON_BOOL),
         click.option("--log-warning", default=True, **TRITON_BOOL),

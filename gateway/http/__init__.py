@@ -6,7 +6,10 @@
 - `rendering`: ModelInferResponse -> Triton's response body (JSON `data` or binary).
 - `messages`: every other protobuf answer <-> Triton's JSON shapes (config, metadata,
   statistics, index, shared memory, trace and log settings).
-- `encoding`: JSON on the wire as Triton writes it, and gzip/deflate bodies.
+- `encoding`: bodies on the wire: read within `--http-max-input-size` as they arrive
+  (`read_body`, compressed ones limited after inflating too), JSON parsed and written
+  as Triton does, gzip/deflate.
+- `nesting`: JSON nested deeper than Python's parser recurses, cut so it still parses.
 
 Only `front` imports starlette.
 """

@@ -1,5 +1,6 @@
 """The HTTP/REST front end: Triton's routes on the raw request path, each turned into
 one `Gateway` call; TurnoutError becomes `{"error": msg}` with Triton's HTTP status.
+Every body is read here, within --http-max-input-size (`encoding.read_body`).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -18,7 +20,17 @@ from starlette.types import Receive
 
 from gateway.context import RequestContext
 from gateway.http import messages
-from gateway.http.encoding import compress, decompress, json_compact, parse_json, response_encoding
+from gateway.http.encoding import (
+    check_encoding,
+    compress,
+    json_compact,
+    json_too_large,
+    parse_json,
+    raw_input_too_large,
+    read_body,
+    request_too_large,
+    response_encoding,
+)
 from gateway.http.parsing import INFER_HEADER, OutputRendering, header_length, parse_infer_request, raw_binary_request
 from gateway.http.rendering import render_infer_response
 from gateway.restrictions import Restriction, http_refusal, parse_restrictions
@@ -39,6 +51,8 @@ from protos.grpc_service_pb2 import (
     TraceSettingRequest,
 )
 from protos.status import TurnoutError, internal, invalid_arg, unsupported
+
+TooLarge = Callable[[int], TurnoutError]
 
 if TYPE_CHECKING:
     from gateway.core import Gateway
@@ -71,6 +85,16 @@ class _MethodNotAllowed(Exception):
 
 class _NotFound(Exception):
     pass
+
+
+class _UnreadBody(Exception):
+    """A body refused before it was read from a client waiting for `100 Continue`: the
+    connection closes, since the client may never send the bytes its Content-Length
+    promised."""
+
+    def __init__(self, error: TurnoutError) -> None:
+        self.error = error
+        super().__init__(error.message)
 
 
 class _Restricted(Exception):
@@ -109,12 +133,39 @@ def _need(request: Request, *methods: str) -> None:
         raise _MethodNotAllowed
 
 
-async def _document(request: Request) -> Any:
-    """The request's JSON body, or None when the body is empty."""
-    body = await request.body()
-    if not body.strip():
-        return None
-    return parse_json(body)
+def _declared_length(request: Request) -> int | None:
+    """The Content-Length (uvicorn has checked that it is a number), None when chunked."""
+    value = request.headers.get("content-length")
+    return int(value) if value is not None else None
+
+
+def _infer_too_large(header: str | None, limit: int) -> TooLarge:
+    """How Triton words an infer body over the limit, by what the body holds: all JSON,
+    a JSON header of its own size (Inference-Header-Content-Length), or raw binary."""
+    try:
+        json_length = int(header) if header is not None else None
+    except ValueError:
+        json_length = -1
+    if json_length is None:
+        return partial(json_too_large, limit=limit)
+    if json_length == 0:
+        return partial(raw_input_too_large, limit=limit)
+    if json_length > limit:
+        return lambda _size: json_too_large(json_length, limit)  # the header alone is too large
+    return partial(request_too_large, limit=limit)
+
+
+async def _read(request: Request, limit: int, encoding: str | None, too_large: TooLarge) -> bytes:
+    """The request body, never more than `limit` bytes of it held (encoding.read_body).
+    What is left of a refused body, uvicorn reads and drops, so the client still gets
+    the answer and the connection stays usable."""
+    declared = _declared_length(request)
+    try:
+        return await read_body(request.stream(), declared, encoding, limit, too_large)
+    except TurnoutError as error:
+        if declared is not None and declared > limit and request.headers.get("expect", "").lower() == "100-continue":
+            raise _UnreadBody(error) from None
+        raise
 
 
 class _ClientGone(Exception):
@@ -164,6 +215,15 @@ class HttpFront:
         self._settings = settings
         self._restrictions = parse_restrictions(settings.http_restricted_api)
 
+    async def _document(self, request: Request) -> Any:
+        """The request's JSON body, or None when the body is empty. As Triton, only an
+        infer body is decompressed; any other is JSON as it came."""
+        limit = self._settings.http_max_input_size
+        body = await _read(request, limit, None, partial(json_too_large, limit=limit))
+        if not body.strip():
+            return None
+        return parse_json(body)
+
     def _allow(self, request: Request, group: str) -> None:
         """Refuse a restricted API unless the request carries its header and value."""
         restriction = self._restrictions.get(group)
@@ -183,6 +243,8 @@ class HttpFront:
             elif exc.message.endswith(QUEUE_FULL_SUFFIX):
                 headers = {"Retry-After": RETRY_AFTER_SECS}  # overload: tell the client when to come back
             return _error(exc.message, exc.http_status, headers)
+        except _UnreadBody as exc:
+            return _error(exc.error.message, exc.error.http_status, {"Connection": "close"})
         except _MethodNotAllowed:
             return _error("Method Not Allowed", 405)
         except _Restricted as exc:
@@ -262,16 +324,21 @@ class HttpFront:
         return _json(messages.statistics(response))
 
     async def _infer(self, request: Request, name: str, version: str) -> Response:
-        body = decompress(
-            await request.body(), request.headers.get("content-encoding"), self._settings.http_max_input_size
-        )
-        json_length = header_length(request.headers.get(INFER_HEADER), len(body))
+        limit = self._settings.http_max_input_size
+        encoding = check_encoding(request.headers.get("content-encoding"))
+        header = request.headers.get(INFER_HEADER)
+        declared = _declared_length(request)
+        if encoding is None and declared is not None:
+            header_length(header, declared)  # Triton checks the header's range before the body's size
+        body = await _read(request, limit, encoding, _infer_too_large(header, limit))
+        json_length = header_length(header, len(body))
         infer_request: ModelInferRequest
         rendering: OutputRendering
         if json_length == 0:
-            infer_request, rendering = await self._raw_request(body, name, version)
+            # The raw binary form names no input: gateway.core gives it the model's only one.
+            infer_request, rendering = raw_binary_request(body, name, version)
         else:
-            infer_request, rendering = parse_infer_request(body, json_length, name, version)
+            infer_request, rendering = parse_infer_request(body, json_length, name, version, limit)
 
         # starlette's headers are a case-insensitive Mapping; routing reads its sticky key there.
         context = RequestContext(request.headers)
@@ -290,17 +357,6 @@ class HttpFront:
             headers["Content-Encoding"] = encoding
         return Response(content, media_type=media_type, headers=headers)
 
-    async def _raw_request(self, body: bytes, name: str, version: str) -> tuple[ModelInferRequest, OutputRendering]:
-        # The raw binary form names no input: it feeds the model's only input.
-        metadata = await self._gateway.model_metadata(ModelMetadataRequest(name=name, version=version))
-        if len(metadata.inputs) != 1:
-            raise invalid_arg(
-                f"Raw request must only have 1 input (found 1) to be deduced but got {len(metadata.inputs)} "
-                f"inputs in '{name}' model configuration"
-            )
-        tensor = metadata.inputs[0]
-        return raw_binary_request(body, name, version, tensor.name, tensor.datatype, list(tensor.shape))
-
     # --- repository ---
 
     async def _repository(
@@ -309,7 +365,7 @@ class HttpFront:
         _need(request, "POST")
         if repository:
             raise unsupported("'repository_name' specification is not supported")
-        document = await _document(request)
+        document = await self._document(request)
         if model is None:
             index = RepositoryIndexRequest()
             if isinstance(document, dict) and "ready" in document:
@@ -336,7 +392,7 @@ class HttpFront:
         if action == "register":
             if not region:
                 raise invalid_arg("'region name' is necessary to register system shared memory region")
-            self._gateway.system_shm_register(messages.system_shm_register(region, await _document(request)))
+            self._gateway.system_shm_register(messages.system_shm_register(region, await self._document(request)))
         else:
             self._gateway.system_shm_unregister(SystemSharedMemoryUnregisterRequest(name=region))
         return _empty()
@@ -350,7 +406,7 @@ class HttpFront:
         if action == "register":
             if not region:
                 raise invalid_arg("'region name' is necessary to register cuda shared memory region")
-            self._gateway.cuda_shm_register(messages.cuda_shm_register(region, await _document(request)))
+            self._gateway.cuda_shm_register(messages.cuda_shm_register(region, await self._document(request)))
         else:
             self._gateway.cuda_shm_unregister(CudaSharedMemoryUnregisterRequest(name=region))
         return _empty()
@@ -362,13 +418,13 @@ class HttpFront:
         if request.method == "GET":
             trace = TraceSettingRequest(model_name=model)
         else:
-            trace = messages.trace_request(model, await _document(request))
+            trace = messages.trace_request(model, await self._document(request))
         return _json(messages.trace_settings(self._gateway.trace_setting(trace)))
 
     async def _logging(self, request: Request) -> Response:
         _need(request, "GET", "POST")
         get = request.method == "GET"
-        log = LogSettingsRequest() if get else messages.log_request(await _document(request))
+        log = LogSettingsRequest() if get else messages.log_request(await self._document(request))
         answer = self._gateway.log_settings(log)
         await self._gateway.forward_log_settings(log)
         return _json(messages.log_settings(answer))

@@ -13,6 +13,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
+from gateway.shm import CUDA_IPC_HANDLE_SIZE
 from protos.grpc_service_pb2 import (
     CudaSharedMemoryRegisterRequest,
     CudaSharedMemoryStatusResponse,
@@ -177,7 +178,9 @@ def cuda_shm_register(name: str, document: Any) -> CudaSharedMemoryRegisterReque
     try:
         raw = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError):
-        raise invalid_arg("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t") from None
+        raw = b""
+    if len(raw) != CUDA_IPC_HANDLE_SIZE:
+        raise invalid_arg("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
     return CudaSharedMemoryRegisterRequest(name=name, raw_handle=raw, device_id=device_id, byte_size=byte_size)
 
 

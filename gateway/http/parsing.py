@@ -7,14 +7,14 @@ binary tensors (binary inputs travel as slices of the received body).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from gateway.http.encoding import parse_json
+from gateway.settings import GatewaySettings
 from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferRequest
 from protos.status import TurnoutError, internal, invalid_arg
@@ -23,6 +23,9 @@ INFER_HEADER = "inference-header-content-length"
 
 _INT64_MAX = 2**63 - 1
 _UINT64_MAX = 2**64 - 1
+# Triton's HTTP_MAX_JSON_NESTING_DEPTH: a `data` value this many arrays deep is refused.
+MAX_DATA_NESTING = 100
+_DEFAULT_MAX_INPUT_SIZE = GatewaySettings.http_max_input_size
 
 # --- TritonJson-style accessors: each failure is INTERNAL "Unable to parse '<field>': ..." ---
 
@@ -97,13 +100,18 @@ def header_length(value: str | None, content_length: int) -> int | None:
 
 
 def parse_infer_request(
-    body: bytes, json_length: int | None, model_name: str, model_version: str
+    body: bytes,
+    json_length: int | None,
+    model_name: str,
+    model_version: str,
+    max_input_size: int = _DEFAULT_MAX_INPUT_SIZE,
 ) -> tuple[ModelInferRequest, OutputRendering]:
     """Build the ModelInferRequest of an HTTP infer body (not the raw-binary form).
 
     `json_length` is the Inference-Header-Content-Length (None: the whole body is JSON).
     Binary inputs become `raw_input_contents`, in `inputs` order; JSON `data` becomes
-    typed `contents`; shared-memory inputs keep their `shared_memory_*` parameters.
+    raw contents too; shared-memory inputs keep their `shared_memory_*` parameters.
+    `max_input_size` (--http-max-input-size) bounds the tensor a JSON `data` may declare.
     """
     json_end = len(body) if json_length is None else json_length
     document = parse_json(body if json_end == len(body) else memoryview(body)[:json_end])
@@ -124,7 +132,7 @@ def parse_infer_request(
     offset = json_end
     end = len(body)
     for entry in inputs:
-        offset = _parse_input(entry, request, body, offset, json_length, model_name)
+        offset = _parse_input(entry, request, body, offset, json_length, model_name, max_input_size)
     if offset != end:
         raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
 
@@ -132,6 +140,37 @@ def parse_infer_request(
         for entry in _member_array(document, "outputs"):
             _parse_output(entry, request, rendering)
     return request, rendering
+
+
+def _log_request(request: ModelInferRequest) -> str:
+    """The "[request id: ...] " prefix of Triton core's request errors."""
+    return f"[request id: {request.id or '<id_unknown>'}] "
+
+
+def _int64(dim: int) -> int:
+    """A JSON unsigned dim as Triton stores it, in an int64: past INT64_MAX it wraps."""
+    return dim - 2**64 if dim > _INT64_MAX else dim
+
+
+def _element_count(shape: Sequence[int]) -> int:
+    """Triton's HTTP element count: -1 for a wildcard, -2 for an invalid dim, -3 when the
+    count overflows int64; 0 as soon as a dim is 0 (src/common.cc GetElementCount)."""
+    count = 1
+    for dim in shape:
+        if dim == -1:
+            return -1
+        if dim < 0:
+            return -2
+        if dim == 0:
+            return 0
+        if count > _INT64_MAX // dim:
+            return -3
+        count *= dim
+    return count
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
 
 
 def _parse_request_parameters(value: Any, request: ModelInferRequest, rendering: OutputRendering) -> None:
@@ -211,15 +250,16 @@ def _parse_input(
     offset: int,
     json_length: int | None,
     model_name: str,
+    max_input_size: int,
 ) -> int:
     """Add one input to `request`; returns the offset of the next binary input."""
     entry = _as_object(entry, "inputs")
     _, has_binary, has_shm = _content_kind(entry)
     name = _member_string(entry, "name")
     datatype = _member_string(entry, "datatype")
-    shape = _member_array(entry, "shape")
-    for dim in shape:
-        _as_uint(dim, "shape")
+    shape = [_int64(_as_uint(dim, "shape")) for dim in _member_array(entry, "shape")]
+    if any(tensor.name == name for tensor in request.inputs):
+        raise invalid_arg(f"{_log_request(request)}input '{name}' already exists in request")
 
     tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
     if has_binary:
@@ -246,11 +286,22 @@ def _parse_input(
         _copy_shm_parameters(entry["parameters"], tensor.parameters)
         return offset
 
-    if math.prod(shape) == 0:
+    count = _element_count(shape)
+    if count == 0:
         # An empty tensor carries no data; give it an (empty) raw entry so it has data.
         request.raw_input_contents.append(b"")
         return offset
-    request.raw_input_contents.append(_json_to_raw(_member_array(entry, "data"), name, datatype, math.prod(shape)))
+    if count == -2:
+        raise invalid_arg(
+            f"invalid shape for input '{name}': shape {_shape_text(shape)} contains one or more invalid dimensions"
+        )
+    if count == -3:
+        raise invalid_arg(
+            f"invalid shape for input '{name}': shape {_shape_text(shape)} causes total element count to exceed "
+            f"maximum size of {_INT64_MAX}"
+        )
+    data = _member_array(entry, "data")
+    request.raw_input_contents.append(_json_to_raw(data, name, datatype, count, max_input_size))
     return offset
 
 
@@ -267,67 +318,108 @@ def _copy_shm_parameters(source: Mapping[str, Any], target: Any) -> None:
         target["shared_memory_offset"].int64_param = offset
 
 
-def _flatten(data: list[Any]) -> list[Any]:
-    if not data or type(data[0]) is not list:
-        if any(type(v) is list for v in data):
-            return _flatten_nested(data)
+_SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+_NESTING = f"JSON nesting depth exceeds maximum allowed limit ({MAX_DATA_NESTING})"
+
+_NOT_A = "attempt to access JSON non-{0} as {0}"
+# Per datatype kind: what a JSON scalar must be, and Triton's text when it is not.
+_SCALARS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "BOOL": (lambda v: type(v) is bool, "Unable to parse 'data': " + _NOT_A.format("boolean")),
+    "UINT": (
+        lambda v: type(v) is int and v >= 0,
+        "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer",
+    ),
+    "INT": (lambda v: type(v) is int, "Unable to parse 'data': " + _NOT_A.format("signed-integer")),
+    "FP": (
+        lambda v: type(v) is float or type(v) is int,
+        "Unable to parse 'data': attempt to access JSON non-number as double",
+    ),
+    "BYTES": (lambda v: type(v) is str, "Unable to parse JSON bytes array: " + _NOT_A.format("string")),
+}
+_SURROGATE = "failed to parse the request JSON buffer: The surrogate pair in string is invalid."
+
+
+def _scalar_rule(kind: str) -> tuple[Callable[[Any], bool], str]:
+    for prefix in ("BOOL", "UINT", "INT", "BYTES"):
+        if kind.startswith(prefix):
+            return _SCALARS[prefix]
+    return _SCALARS["FP"]
+
+
+def _flatten(data: list[Any], kind: str, count: int | None) -> list[Any]:
+    """The scalars of JSON `data` in row-major order, checked in Triton's order as it walks
+    them: every value for depth, then each scalar against `count` (the elements the shape
+    holds; None for BYTES, counted later) and against the datatype."""
+    valid, invalid = _scalar_rule(kind)
+    if not any(type(v) is list for v in data):  # one level deep: the common case, checked in bulk
+        checked = data if count is None else data[:count]
+        if not all(map(valid, checked)):
+            raise internal(invalid)
+        if count is not None and len(data) > count:
+            raise internal(_SHAPE_MISMATCH)
         return data
-    return _flatten_nested(data)
-
-
-def _flatten_nested(data: list[Any]) -> list[Any]:
     flat: list[Any] = []
     stack = [iter(data)]
     while stack:
         for item in stack[-1]:
+            if len(stack) >= MAX_DATA_NESTING:  # this value sits len(stack) arrays below `data`
+                raise invalid_arg(_NESTING)
             if type(item) is list:
                 stack.append(iter(item))
                 break
+            if count is not None and len(flat) >= count:
+                raise internal(_SHAPE_MISMATCH)
+            if not valid(item):
+                raise internal(invalid)
             flat.append(item)
         else:
             stack.pop()
     return flat
 
 
-_SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
-
-
-def _json_to_raw(data: list[Any], name: str, datatype: str, count: int) -> bytes:
+def _json_to_raw(data: list[Any], name: str, datatype: str, count: int, max_input_size: int) -> bytes:
     """JSON `data` as raw tensor bytes. Every HTTP input travels raw, because the v2
-    service refuses a request that mixes typed contents with raw contents."""
+    service refuses a request that mixes typed contents with raw contents. `count` is
+    the shape's element count, or -1 for a wrapped (past INT64_MAX) wildcard dim."""
     dtype = datatypes.from_name(datatype)
+    if dtype is not None and dtype.name == "BYTES":
+        strings = _flatten(data, "BYTES", None)
+        try:
+            # Raw bytes in a string (which Triton's parser keeps) arrive surrogate-escaped.
+            elements = [s.encode("utf-8", "surrogateescape") for s in strings]
+        except UnicodeEncodeError:
+            raise internal(_SURROGATE) from None
+        byte_size = sum(len(e) + 4 for e in elements)
+        _check_json_size(name, byte_size, max_input_size)
+        return codec.serialize_bytes(elements)
+    if dtype is not None and dtype.size:
+        if dtype.size > 1 and count > _INT64_MAX // dtype.size:
+            raise invalid_arg(
+                f"byte size overflow for input '{name}': element count ({count}) * data type size ({dtype.size}) "
+                f"exceeds maximum allowed size ({_INT64_MAX})"
+            )
+        _check_json_size(name, (count * dtype.size) % 2**64, max_input_size)  # size_t, as Triton computes it
     if datatype in ("FP16", "BF16"):
         raise invalid_arg(
             f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input {name}"
         )
     if dtype is None or dtype.numpy is None:
         raise invalid_arg(f"invalid datatype for input {name}")
-    flat = _flatten(data)
-    if dtype.name == "BYTES":
-        if not all(type(v) is str for v in flat):
-            raise internal("Unable to parse 'data': attempt to access JSON non-string as string")
-        return codec.serialize_bytes(flat)
+    flat = _flatten(data, dtype.name, count)
     if len(flat) != count:
         raise internal(_SHAPE_MISMATCH)
-    _check_elements(flat, dtype.name)
     try:
         return np.asarray(flat, dtype=dtype.numpy).tobytes()
     except (TypeError, ValueError, OverflowError) as exc:
         raise internal(f"Unable to parse 'data': {exc}") from exc
 
 
-def _check_elements(flat: list[Any], kind: str) -> None:
-    if kind == "BOOL":
-        if not all(type(v) is bool for v in flat):
-            raise internal("Unable to parse 'data': attempt to access JSON non-boolean as boolean")
-    elif kind.startswith("UINT"):
-        if not all(type(v) is int and v >= 0 for v in flat):
-            raise internal("Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer")
-    elif kind.startswith("INT"):
-        if not all(type(v) is int for v in flat):
-            raise internal("Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer")
-    elif not all(type(v) is float or type(v) is int for v in flat):
-        raise internal("Unable to parse 'data': attempt to access JSON non-number as double")
+def _check_json_size(name: str, byte_size: int, max_input_size: int) -> None:
+    if byte_size > max_input_size:
+        raise invalid_arg(
+            f"JSON input '{name}' has a byte_size ({byte_size} bytes) that exceeds the maximum allowed value of "
+            f"{max_input_size} bytes. Use --http-max-input-size to increase the limit."
+        )
 
 
 def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRendering) -> None:
@@ -341,6 +433,8 @@ def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRende
         if "binary_data" in params and _as_bool(params["binary_data"], "binary_data", "Unable to set"):
             raise invalid_arg("Output can't set both 'shared_memory_region' and 'binary_data'")
     name = _member_string(entry, "name")
+    if any(output.name == name for output in request.outputs):
+        raise invalid_arg(f"{_log_request(request)}output '{name}' already exists in request")
     output = request.outputs.add(name=name)
     if not params:
         return
@@ -354,28 +448,16 @@ def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRende
         rendering.binary[name] = _as_bool(params["binary_data"], "binary_data")
 
 
-def raw_binary_request(
-    body: bytes, model_name: str, model_version: str, input_name: str, datatype: str, dims: Sequence[int]
-) -> tuple[ModelInferRequest, OutputRendering]:
+def raw_binary_request(body: bytes, model_name: str, model_version: str) -> tuple[ModelInferRequest, OutputRendering]:
     """The request for a raw binary body (Inference-Header-Content-Length: 0): the whole
-    body is the data of the model's only input, and every output comes back binary."""
+    body is the data of the model's only input, and every output comes back binary.
+
+    The body names no input and carries no shape. Triton takes both from the model's
+    config (`max_batch_size` and dims, which metadata cannot tell apart), so the input is
+    marked raw and `gateway.core` completes it with `codec.deduce_raw_input`.
+    """
     request = ModelInferRequest(model_name=model_name, model_version=model_version)
-    shape = list(dims)
-    if any(d < 0 for d in shape):
-        dtype = datatypes.from_name(datatype)
-        if dtype is not None and dtype.size > 0:
-            count = len(body) // dtype.size
-        else:
-            try:
-                count = len(codec.deserialize_bytes(body))
-            except codec.CodecError:
-                count = 0
-        known = math.prod(d for d in shape if d >= 0)
-        first = True
-        for i, d in enumerate(shape):
-            if d < 0:
-                shape[i] = count // known if first and known else 1
-                first = False
-    request.inputs.add(name=input_name, datatype=datatype, shape=shape)
+    tensor = request.inputs.add()
+    tensor.parameters[codec.RAW_BINARY_PARAMETER].bool_param = True
     request.raw_input_contents.append(body)
     return request, OutputRendering(default_binary=True)

@@ -3,9 +3,9 @@ binary bytes after the JSON header, as the request's rendering asked."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from gateway.http.encoding import json_compact
 from gateway.http.parsing import OutputRendering
 from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferResponse
@@ -45,7 +45,9 @@ def render_infer_response(response: ModelInferResponse, rendering: OutputRenderi
     if response.parameters:
         document["parameters"] = {k: _parameter_value(v) for k, v in response.parameters.items()}
     document["outputs"] = outputs
-    header = json_compact(document)
+    # Compact, as every answer; BYTES go into JSON strings as they are, as Triton writes
+    # them, so bytes that are not UTF-8 (surrogate-escaped by to_json_data) stay raw.
+    header = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogateescape")
     if not binary_parts:
         return header, None
     return b"".join([header, *binary_parts]), len(header)

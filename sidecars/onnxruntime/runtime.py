@@ -161,9 +161,11 @@ class OnnxInstance(ThreadedInstance):
         feed: dict[str, Any] = dict(inputs)
         for name in self._strings:
             if name in feed:
-                feed[name] = _as_text(name, feed[name])
+                feed[name] = _as_strings(feed[name])
         try:
             results = self._session.run(self._outputs, feed)
+        except UnicodeDecodeError as exc:
+            raise internal(f"onnx runtime error: {_NOT_UTF8_OUTPUT}") from exc
         except Exception as exc:  # ORT's errors carry its own message
             raise internal(f"onnx runtime error: {exc}") from exc
         return dict(zip(self._outputs, results, strict=True))
@@ -173,16 +175,27 @@ class OnnxInstance(ThreadedInstance):
         del self._session
 
 
-def _as_text(name: str, array: np.ndarray) -> np.ndarray:
-    """ORT string tensors take str, and would str() a bytes object ("b'..'"). Its Python
-    API carries strings as UTF-8 text only, so other bytes are refused with a clear error."""
+# ONNX Runtime's Python API hands string outputs back as str, decoding them strictly.
+_NOT_UTF8_OUTPUT = "a string output holds bytes that are not valid UTF-8, which ONNX Runtime's Python API cannot return"
+
+
+def _as_strings(array: np.ndarray) -> np.ndarray:
+    """BYTES as ONNX Runtime's string tensors, holding the bytes the client sent.
+
+    Its Python API takes a str element as its UTF-8 (NUL bytes kept), a bytes element of a
+    numpy "S" array as a C string (up to its first NUL), and would take a bytes object in
+    an object array as its repr ("b'..'"). So UTF-8 tensors travel as str, exactly; any
+    other tensor travels as "S" elements one byte wider than the longest, each ending in
+    a NUL: every byte reaches the model up to an element's first NUL, which is where
+    Triton's own ONNX Runtime backend ends an element too (it fills string tensors from
+    NUL-terminated C strings)."""
     flat = array.reshape(-1)
-    text = np.empty(flat.shape, dtype=np.object_)
+    elements = [e if isinstance(e, bytes) else str(e).encode() for e in flat]
     try:
-        text[:] = [e.decode("utf-8") if isinstance(e, bytes) else e for e in flat]
-    except UnicodeDecodeError as exc:
-        raise invalid_arg(
-            f"input '{name}' holds a BYTES element that is not valid UTF-8; "
-            "the ONNX Runtime sidecar passes string tensors as UTF-8 text"
-        ) from exc
-    return text.reshape(array.shape)
+        text = [e.decode("utf-8") for e in elements]
+    except UnicodeDecodeError:
+        width = max((len(e) for e in elements), default=0) + 1
+        return np.array(elements, dtype=f"S{width}").reshape(array.shape)
+    strings = np.empty(flat.shape, dtype=np.object_)
+    strings[:] = text
+    return strings.reshape(array.shape)

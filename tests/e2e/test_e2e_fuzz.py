@@ -218,7 +218,10 @@ def test_compression_bomb_is_limited_after_decompression(http: httpx.Client, enc
     assert len(body) < MAX_INPUT // 10
     response = http.post("/v2/models/simple/infer", content=body, headers={"Content-Encoding": encoding})
     assert response.status_code == 400
-    assert "exceeds the maximum allowed input size" in response.json()["error"]
+    assert response.json()["error"] == (
+        f"Decompressed data size exceeds the maximum allowed value of {MAX_INPUT} bytes. "
+        "Use --http-max-input-size to increase the limit."
+    )
 
 
 def test_load_requests_cannot_escape_the_repository(http: httpx.Client) -> None:

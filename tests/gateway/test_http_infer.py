@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import struct
@@ -10,17 +11,19 @@ import zlib
 import numpy as np
 import pytest
 
-from gateway.http import messages
+from gateway.http import messages, nesting
 from gateway.http.encoding import compress, decompress, parse_json, response_encoding
 from gateway.http.parsing import OutputRendering, header_length, parse_infer_request, raw_binary_request
 from gateway.http.rendering import render_infer_response
+from protos import codec
 from protos.grpc_service_pb2 import (
+    ModelInferRequest,
     ModelInferResponse,
     ModelStatisticsResponse,
     RepositoryIndexResponse,
     TraceSettingResponse,
 )
-from protos.model_config_pb2 import ModelConfig
+from protos.model_config_pb2 import TYPE_FP32, TYPE_STRING, ModelConfig
 from protos.status import Status, TurnoutError
 
 
@@ -294,12 +297,237 @@ def test_decompress_and_size_limit():
     )
 
 
-def test_raw_binary_request_fills_the_only_input():
-    data = np.arange(16, dtype=np.int32).tobytes()
-    request, rendering = raw_binary_request(data, "m", "", "INPUT0", "INT32", [-1, 16])
-    assert list(request.inputs[0].shape) == [1, 16]
-    assert request.raw_input_contents[0] == data
+def raw_config(dims: list[int], data_type: int = 0, max_batch_size: int = 8, inputs: int = 1) -> ModelConfig:
+    config = ModelConfig(name="m", max_batch_size=max_batch_size)
+    for index in range(inputs):
+        config.input.add(name=f"INPUT{index}", data_type=data_type or TYPE_FP32, dims=dims)
+    return config
+
+
+def deduced(body: bytes, config: ModelConfig) -> ModelInferRequest:
+    request, rendering = raw_binary_request(body, "m", "")
     assert rendering.default_binary
+    assert codec.is_raw_binary(request)
+    codec.deduce_raw_input(request, config)
+    assert not codec.is_raw_binary(request)
+    return request
+
+
+@pytest.mark.parametrize(
+    ("dims", "max_batch_size", "size", "shape"),
+    [
+        ([-1], 8, 12, [1, 3]),  # Triton's [1, N], not [N, 1]
+        ([-1], 0, 12, [3]),
+        ([2, -1], 0, 24, [2, 3]),
+        ([4], 8, 16, [1, 4]),
+        ([-1], 8, 0, [1, 0]),
+    ],
+)
+def test_raw_binary_shape_is_deduced_from_the_config(dims, max_batch_size, size, shape):
+    request = deduced(bytes(size), raw_config(dims, max_batch_size=max_batch_size))
+    tensor = request.inputs[0]
+    assert (tensor.name, tensor.datatype, list(tensor.shape)) == ("INPUT0", "FP32", shape)
+    assert dict(tensor.parameters) == {}
+    assert request.raw_input_contents[0] == bytes(size)
+
+
+@pytest.mark.parametrize(("max_batch_size", "shape"), [(8, [1, 1]), (0, [1])])
+def test_raw_bytes_body_is_the_one_element(max_batch_size, shape):
+    body = b"he\x00llo\xff"
+    request = deduced(body, raw_config([1], TYPE_STRING, max_batch_size))
+    assert (request.inputs[0].datatype, list(request.inputs[0].shape)) == ("BYTES", shape)
+    assert request.raw_input_contents[0] == struct.pack("<I", len(body)) + body
+
+
+@pytest.mark.parametrize(
+    ("config", "size", "message"),
+    [
+        (
+            raw_config([-1], TYPE_STRING),
+            5,
+            "For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+        ),
+        (
+            raw_config([2], TYPE_STRING, 0),
+            5,
+            "For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+        ),
+        (
+            raw_config([-1, -1]),
+            12,
+            "The shape of the raw input 'INPUT0' can not be deduced because there are more than one "
+            "variable-sized dimension",
+        ),
+        (
+            raw_config([16], inputs=2),
+            64,
+            "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'm' model configuration",
+        ),
+        (raw_config([-1]), 10, "input byte size mismatch for input 'raw_input' for model 'm'. Expected 8, got 10"),
+        (raw_config([16]), 60, "input byte size mismatch for input 'raw_input' for model 'm'. Expected 64, got 60"),
+    ],
+)
+def test_raw_binary_refusals(config, size, message):
+    request, _ = raw_binary_request(bytes(size), "m", "")
+    err = error_of(codec.deduce_raw_input, request, config)
+    assert (err.status, err.message) == (Status.INVALID_ARG, "[request id: <id_unknown>] " + message)
+
+
+def infer_body(inputs: list, **extra) -> bytes:
+    return json.dumps({"inputs": inputs, **extra}).encode()
+
+
+INT_ROW = {"name": "INPUT0", "datatype": "INT32", "shape": [1, 2], "data": [1, 2]}
+
+
+@pytest.mark.parametrize("request_id", [None, "r7"])
+def test_repeated_names_are_refused(request_id):
+    extra = {} if request_id is None else {"id": request_id}
+    prefix = f"[request id: {request_id or '<id_unknown>'}] "
+    err = error_of(parse_infer_request, infer_body([INT_ROW, INT_ROW], **extra), None, "m", "")
+    assert (err.status, err.message) == (Status.INVALID_ARG, prefix + "input 'INPUT0' already exists in request")
+    # Outputs are added before any is checked against the model, so the repeat wins.
+    outputs = [{"name": "NOPE"}, {"name": "OUTPUT0"}, {"name": "NOPE"}]
+    err = error_of(parse_infer_request, infer_body([INT_ROW], outputs=outputs, **extra), None, "m", "")
+    assert (err.status, err.message) == (Status.INVALID_ARG, prefix + "output 'NOPE' already exists in request")
+
+
+def nested(depth: int, value: object) -> str:
+    """JSON text of `value` inside `depth` arrays (json.dumps itself recurses)."""
+    return "[" * depth + json.dumps(value) + "]" * depth
+
+
+def data_body(datatype: str, data: str, shape: tuple[int, ...] = (1, 1)) -> bytes:
+    entry = json.dumps({"name": "INPUT0", "datatype": datatype, "shape": list(shape)})
+    return ('{"inputs":[' + entry[:-1] + ',"data":' + data + "}]}").encode()
+
+
+NESTING = "JSON nesting depth exceeds maximum allowed limit (100)"
+
+
+@pytest.mark.parametrize(("datatype", "value"), [("INT64", 123), ("BYTES", "hi"), ("FP32", 1.5), ("BOOL", True)])
+def test_data_nesting_limit(datatype, value):
+    """Triton walks `data` and refuses a value 100 arrays below it (`data` itself is 0)."""
+    request, _ = parse_infer_request(data_body(datatype, nested(99, value)), None, "m", "")
+    assert request.raw_input_contents[0]
+    for depth in (100, 101, 5000):
+        err = error_of(parse_infer_request, data_body(datatype, nested(depth, value)), None, "m", "")
+        assert (err.status, err.message) == (Status.INVALID_ARG, NESTING)
+
+
+def test_data_errors_come_in_walk_order():
+    # Each value is checked as the walk reaches it: depth first, then count, then type.
+    err = error_of(parse_infer_request, data_body("INT64", "[1," + nested(150, 2) + "]"), None, "m", "")
+    assert (err.status, err.message) == (Status.INVALID_ARG, NESTING)
+    err = error_of(parse_infer_request, data_body("INT64", "[1,2," + nested(150, 3) + "]"), None, "m", "")
+    assert (err.status, err.message) == (
+        Status.INTERNAL,
+        "Unable to parse 'data': Shape does not match true shape of 'data' field",
+    )
+    err = error_of(parse_infer_request, data_body("INT64", '[["x"],' + nested(150, 2) + "]"), None, "m", "")
+    assert err.message == "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+    err = error_of(parse_infer_request, data_body("BYTES", '["a",3]', (1, 2)), None, "m", "")
+    assert (err.status, err.message) == (
+        Status.INTERNAL,
+        "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+    )
+
+
+def test_documents_deeper_than_python_recursion_parse():
+    deep = "[" * 20000 + "]" * 20000
+    body = ('{"zzz":' + deep + ',"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1],"data":[5]}]}').encode()
+    request, _ = parse_infer_request(body, None, "m", "")
+    assert request.raw_input_contents[0] == np.int32(5).tobytes()
+    body = ('{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1],"data":' + deep + "}]}").encode()
+    err = error_of(parse_infer_request, body, None, "m", "")
+    assert (err.status, err.message) == (Status.INVALID_ARG, NESTING)
+    body = ('{"parameters":{"p":' + deep + '},"inputs":[]}').encode()
+    err = error_of(parse_infer_request, body, None, "m", "")
+    assert err.message == "parameter 'p' has invalid type. It should be either 'int', 'bool', or 'string'."
+
+
+def test_prune_keeps_strings_and_empties_deep_containers():
+    document = b'{"s":"[[{\\"}]]\\\\","a":' + b"[" * 10 + b'{"k":[1]}' + b"]" * 10 + b"}"
+    assert nesting.prune(document, depth=4) == b'{"s":"[[{\\"}]]\\\\","a":[[[[]]]]}'
+    assert nesting.prune(document, depth=11) == b'{"s":"[[{\\"}]]\\\\","a":' + b"[" * 10 + b"{}" + b"]" * 10 + b"}"
+    assert json.loads(nesting.prune(document, depth=100)) == json.loads(document)
+    # A container left open runs to the end, so the document stays malformed.
+    assert nesting.prune(b"[[[[1,", depth=2) == b"[[[]"
+
+
+@pytest.mark.parametrize(
+    ("shape", "datatype", "status", "message"),
+    [
+        (
+            [2**62, 4],
+            "INT32",
+            Status.INVALID_ARG,
+            "invalid shape for input 'INPUT0': shape [4611686018427387904,4] causes total element count to exceed "
+            "maximum size of 9223372036854775807",
+        ),
+        (
+            [2**61],
+            "INT64",
+            Status.INVALID_ARG,
+            "byte size overflow for input 'INPUT0': element count (2305843009213693952) * data type size (8) exceeds "
+            "maximum allowed size (9223372036854775807)",
+        ),
+        (
+            [2**63],
+            "INT32",
+            Status.INVALID_ARG,
+            "invalid shape for input 'INPUT0': shape [-9223372036854775808] contains one or more invalid dimensions",
+        ),
+        (
+            [10**9],
+            "INT32",
+            Status.INVALID_ARG,
+            "JSON input 'INPUT0' has a byte_size (4000000000 bytes) that exceeds the maximum allowed value of "
+            "67108864 bytes. Use --http-max-input-size to increase the limit.",
+        ),
+        (
+            [2**64 - 1],
+            "INT32",
+            Status.INVALID_ARG,
+            "JSON input 'INPUT0' has a byte_size (18446744073709551612 bytes) that exceeds the maximum allowed value "
+            "of 67108864 bytes. Use --http-max-input-size to increase the limit.",
+        ),
+    ],
+)
+def test_element_count_past_the_byte_size(shape, datatype, status, message):
+    body = infer_body([{"name": "INPUT0", "datatype": datatype, "shape": shape, "data": [1]}])
+    err = error_of(parse_infer_request, body, None, "m", "")
+    assert (err.status, err.message) == (status, message)
+
+
+def test_json_byte_size_limit_is_the_configured_one():
+    body = infer_body([{"name": "INPUT0", "datatype": "BYTES", "shape": [1, 1], "data": ["abcdef"]}])
+    err = error_of(parse_infer_request, body, None, "m", "", 9)
+    assert err.message == (
+        "JSON input 'INPUT0' has a byte_size (10 bytes) that exceeds the maximum allowed value of 9 bytes. "
+        "Use --http-max-input-size to increase the limit."
+    )
+    request, _ = parse_infer_request(body, None, "m", "", 10)
+    assert request.raw_input_contents[0] == struct.pack("<I", 6) + b"abcdef"
+
+
+def test_huge_dims_of_binary_inputs_stay_int64():
+    header = {"name": "INPUT0", "datatype": "INT32", "shape": [2**64 - 1], "parameters": {"binary_data_size": 4}}
+    body, length = body_of({"inputs": [header]}, bytes(4))
+    request, _ = parse_infer_request(body, length, "m", "")
+    assert list(request.inputs[0].shape) == [-1]
+
+
+def test_cuda_handle_must_be_64_bytes():
+    for handle in (b"", bytes(63), bytes(66)):
+        document = {"raw_handle": {"b64": base64.b64encode(handle).decode()}, "device_id": 0, "byte_size": 16}
+        err = error_of(messages.cuda_shm_register, "r", document)
+        assert (err.status, err.message) == (
+            Status.INVALID_ARG,
+            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+        )
+    document = {"raw_handle": {"b64": base64.b64encode(bytes(64)).decode()}, "device_id": 1, "byte_size": 16}
+    assert messages.cuda_shm_register("r", document).raw_handle == bytes(64)
 
 
 # --- response ---
@@ -335,6 +563,20 @@ def test_render_json_outputs():
     assert document["outputs"][0] == {"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 4], "data": [0, 1, 2, 3]}
     assert document["outputs"][1]["data"] == ["hi", "x"]
     assert document["outputs"][2]["data"] == []
+
+
+def test_render_bytes_into_json_strings_as_they_are():
+    """Triton writes BYTES into JSON strings unchanged, UTF-8 or not (JSON escapes aside)."""
+    elements = [b"a\xffb", b"\xc3(", "\u00e9".encode(), b'\x00"\\', bytes(range(0x80, 0x100))]
+    response = ModelInferResponse(model_name="m", model_version="1")
+    response.outputs.add(name="OUTPUT0", datatype="BYTES", shape=[len(elements)])
+    response.raw_output_contents.append(codec.serialize_bytes(elements))
+    body, _ = render_infer_response(response, OutputRendering())
+    assert body.startswith(b'{"model_name":"m","model_version":"1","outputs":[{"name":"OUTPUT0",')
+    data = b'"data":["a\xffb","\xc3(","\xc3\xa9","\\u0000\\"\\\\","' + bytes(range(0x80, 0x100)) + b'"]'
+    assert data in body
+    decoded = json.loads(body.decode("utf-8", "surrogateescape"))["outputs"][0]["data"]
+    assert [s.encode("utf-8", "surrogateescape") for s in decoded] == elements
 
 
 def test_render_mixed_and_zero_bytes_binary_is_json_typed():

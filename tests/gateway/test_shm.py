@@ -71,8 +71,14 @@ def test_cuda_shared_memory_is_not_available() -> None:
     memory = SharedMemory(enabled=True)
     assert len(memory.cuda_status("").regions) == 0
     memory.cuda_unregister("")
-    with raises(Status.UNSUPPORTED, "failed to register CUDA shared memory region: 'c', GPUs not supported"):
-        memory.cuda_register("c")
+    # Arguments first: an empty or short handle is what a GPU build of Triton cannot open.
+    for handle in (b"", bytes(63)):
+        with raises(Status.INVALID_ARG, "failed to register shared memory region: invalid args"):
+            memory.cuda_register("", handle)
+    with raises(Status.INVALID_ARG, "failed to register CUDA shared memory region: 'c', GPUs not supported"):
+        memory.cuda_register("c", bytes(64))
+    with raises(Status.UNSUPPORTED, DISABLED):
+        SharedMemory(enabled=False).cuda_register("", b"")
 
 
 async def test_infer_reads_and_writes_regions(sidecars, shm_file) -> None:

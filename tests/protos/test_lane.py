@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import struct
 import time
 from pathlib import Path
 
 import pytest
 
-from protos.lane import TLS_HANDSHAKE_TIMEOUT_SECS, LaneClient, LaneServer
+from protos.lane import MAX_FRAME, TLS_HANDSHAKE_TIMEOUT_SECS, Kind, LaneClient, LaneServer, decode_error
+from protos.rpc import MAX_MESSAGE_BYTES
 from protos.status import Status, TurnoutError
 from tests.pki import Pki
 
@@ -22,6 +24,8 @@ async def _handler(view: memoryview, request_id: str) -> bytes:
         raise TurnoutError(Status.NOT_FOUND, "Request for unknown model: 'missing' is not found")
     if payload == b"boom":
         raise RuntimeError("exploded")
+    if payload.startswith(b"grow:"):
+        return bytes(int(payload[5:]))
     if payload.startswith(b"slow"):
         await asyncio.sleep(0.05)
     return payload[::-1]
@@ -176,6 +180,99 @@ async def test_a_tls_client_of_a_plain_lane_gives_up_after_the_handshake_timeout
             await client.call(b"x")
         assert caught.value.message.endswith("did not answer the TLS handshake; does it serve TLS?")
         assert time.monotonic() - started < TLS_HANDSHAKE_TIMEOUT_SECS + 3
+    finally:
+        client.close()
+        server.stop_accepting()
+
+
+# --- frame limits ---
+
+SMALL_FRAME = 64 * 1024
+
+
+async def test_the_limit_carries_the_largest_grpc_message_and_its_request_id() -> None:
+    assert MAX_FRAME == MAX_MESSAGE_BYTES + 1 + 255
+    assert MAX_FRAME < 2**32  # the header's u32 length can say it
+
+
+async def test_a_client_refuses_to_send_a_frame_over_its_limit(tmp_path) -> None:
+    server = LaneServer(_handler)
+    client = LaneClient(await start(server, "unix", tmp_path), max_frame=SMALL_FRAME)
+    try:
+        with pytest.raises(TurnoutError) as caught:
+            await client.call(bytes(SMALL_FRAME), "id")
+        assert caught.value.status is Status.INVALID_ARG
+        assert caught.value.message == f"Sent message larger than max ({SMALL_FRAME + 3} vs. {SMALL_FRAME})"
+        assert await client.call(b"ok") == b"ko"
+    finally:
+        client.close()
+        server.stop_accepting()
+
+
+@pytest.mark.parametrize("kind", ["unix", "tcp"])
+async def test_a_request_frame_over_the_limit_is_refused_and_the_lane_keeps_serving(tmp_path, kind) -> None:
+    server = LaneServer(_handler, max_frame=SMALL_FRAME)
+    client = LaneClient(await start(server, kind, tmp_path))  # a peer with a larger limit
+    try:
+        payload = bytes(range(256)) * 4096  # 1 MiB, dropped as it arrives
+        with pytest.raises(TurnoutError) as caught:
+            await client.call(payload)
+        assert caught.value.status is Status.INVALID_ARG
+        assert caught.value.message == f"Received message larger than max ({len(payload) + 1} vs. {SMALL_FRAME})"
+        # The refused frame's bytes were skipped exactly: the frames after it parse.
+        replies = await asyncio.gather(*(client.call(b"after-%d" % i) for i in range(20)))
+        assert replies == [(b"after-%d" % i)[::-1] for i in range(20)]
+        assert await client.call(bytes(SMALL_FRAME - 1)) == bytes(SMALL_FRAME - 1)  # the limit itself passes
+    finally:
+        client.close()
+        server.stop_accepting()
+
+
+async def test_a_frame_that_claims_4_gib_is_answered_from_its_header_alone(tmp_path) -> None:
+    server = LaneServer(_handler)
+    address = await start(server, "unix", tmp_path)
+    reader, writer = await asyncio.open_unix_connection(address[5:])
+    header = struct.Struct("<IQB")
+    try:
+        # The length says 4 GiB - 1 and no payload follows: the answer cannot wait for it.
+        writer.write(header.pack(2**32 - 1, 7, Kind.INFER) + b"\0" * 1000)
+        length, call_id, kind = header.unpack(await asyncio.wait_for(reader.readexactly(header.size), 10))
+        error = decode_error(await reader.readexactly(length))
+        assert (call_id, kind) == (7, Kind.ERROR)
+        assert (error.status, error.message) == (
+            Status.INVALID_ARG,
+            f"Received message larger than max ({2**32 - 1} vs. {MAX_FRAME})",
+        )
+    finally:
+        writer.close()
+        server.stop_accepting()
+
+
+async def test_a_reply_over_the_limit_becomes_an_error_on_either_end(tmp_path) -> None:
+    # The sidecar will not send a reply over its own limit...
+    server = LaneServer(_handler, max_frame=SMALL_FRAME)
+    client = LaneClient(await start(server, "unix", tmp_path))
+    try:
+        with pytest.raises(TurnoutError) as caught:
+            await client.call(b"grow:%d" % (SMALL_FRAME + 1))
+        assert (caught.value.status, caught.value.message) == (
+            Status.INTERNAL,
+            f"Sent message larger than max ({SMALL_FRAME + 1} vs. {SMALL_FRAME})",
+        )
+    finally:
+        client.close()
+        server.stop_accepting()
+    # ...and the gateway drops one over its limit, and keeps the connection.
+    server = LaneServer(_handler)
+    client = LaneClient(await start(server, "tcp", tmp_path), max_frame=SMALL_FRAME)
+    try:
+        with pytest.raises(TurnoutError) as caught:
+            await client.call(b"grow:%d" % (4 * SMALL_FRAME))
+        assert (caught.value.status, caught.value.message) == (
+            Status.INTERNAL,
+            f"Received message larger than max ({4 * SMALL_FRAME} vs. {SMALL_FRAME})",
+        )
+        assert await client.call(b"ok") == b"ko"
     finally:
         client.close()
         server.stop_accepting()

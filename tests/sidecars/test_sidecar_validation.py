@@ -207,3 +207,35 @@ def test_reshape_of_rank_zero_io(client: grpcclient.InferenceServerClient) -> No
     tensor.set_data_from_numpy(np.array([2.5], dtype=np.float32))
     result = client.infer("auto_scalar", [tensor])
     np.testing.assert_array_equal(result.as_numpy("Y"), np.array([2.5], dtype=np.float32))
+
+
+def test_repeated_input_name(client: grpcclient.InferenceServerClient) -> None:
+    inputs, _ = simple_inputs(grpcclient)
+    message = rejected(client, "simple", [inputs[0], inputs[0]], request_id="twice")
+    assert message == "[request id: twice] input 'INPUT0' already exists in request"
+
+
+def test_repeated_output_name_before_unknown_names(client: grpcclient.InferenceServerClient) -> None:
+    # Triton adds every requested output before it checks any against the model.
+    inputs, _ = simple_inputs(grpcclient)
+    outputs = [grpcclient.InferRequestedOutput(name) for name in ("NOPE", "OUTPUT0", "NOPE")]
+    message = rejected(client, "simple", inputs, outputs=outputs)
+    assert message == "[request id: <id_unknown>] output 'NOPE' already exists in request"
+
+
+@pytest.mark.parametrize(
+    ("model", "datatype", "shape", "message"),
+    [
+        ("identity_fp32", "FP32", [1, 2**62], f"byte size for tensor 'INPUT0' exceeds maximum size of {2**63 - 1}"),
+        ("identity_int16", "INT16", [1, 2**62], f"byte size for tensor 'INPUT0' exceeds maximum size of {2**63 - 1}"),
+    ],
+)
+def test_shape_past_the_byte_size(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub, model: str, datatype: str, shape: list[int], message: str
+) -> None:
+    request = service_pb2.ModelInferRequest(model_name=model)
+    request.inputs.add(name="INPUT0", datatype=datatype, shape=shape)
+    request.raw_input_contents.append(b"\0" * 4)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(request)
+    assert (caught.value.code(), caught.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
