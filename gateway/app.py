@@ -130,6 +130,14 @@ def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+class PortUnavailable(Exception):
+    """A front end's port could not be bound; the text names the port and its flag."""
+
+
+def _unavailable(what: str, host: str, port: int, flag: str, reason: str) -> PortUnavailable:
+    return PortUnavailable(f"cannot serve {what} on {_host_port(host, port)} ({flag}): {reason}")
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio sets TCP_NODELAY only on accepted sockets that do, and
@@ -166,7 +174,7 @@ def run(settings: GatewaySettings) -> int:
     """Serve until SIGTERM/SIGINT; return the process exit status."""
     try:
         return asyncio.run(serve(settings))
-    except OSError as exc:  # a port that cannot be bound, most often
+    except (PortUnavailable, OSError) as exc:
         print(f"turnout gateway: {exc}", file=sys.stderr, flush=True)
         return 1
 
@@ -214,6 +222,7 @@ async def serve(
 
     grpc_server: grpc.aio.Server | None = None
     http_server: _HttpServer | None = None
+    http_socket: socket.socket | None = None
     metrics_server: MetricsServer | None = None
     fleet = FleetMetrics(lambda: models.sidecars, ensembles=gateway.ensembles.statistics)
     try:
@@ -226,7 +235,12 @@ async def serve(
         addresses: dict[str, str] = {}
 
         if settings.allow_http:
-            http_socket = _bind(settings.host, settings.http_port)
+            try:
+                http_socket = _bind(settings.host, settings.http_port)
+            except OSError as exc:
+                raise _unavailable(
+                    "HTTP", settings.host, settings.http_port, "--http-port", str(exc.strerror)
+                ) from None
             http_port = http_socket.getsockname()[1]
             config = uvicorn.Config(
                 _build_http_app(gateway, settings),
@@ -244,21 +258,31 @@ async def serve(
         if settings.allow_grpc:
             grpc_server = build_grpc_server(gateway, parse_restrictions(settings.grpc_restricted_protocol, grpc=True))
             grpc_address = _host_port(settings.host, settings.grpc_port)
-            if settings.grpc_use_ssl:
-                grpc_port = grpc_server.add_secure_port(grpc_address, _grpc_credentials(settings))
-            else:
-                grpc_port = grpc_server.add_insecure_port(grpc_address)
+            try:
+                if settings.grpc_use_ssl:
+                    grpc_port = grpc_server.add_secure_port(grpc_address, _grpc_credentials(settings))
+                else:
+                    grpc_port = grpc_server.add_insecure_port(grpc_address)
+            except RuntimeError:  # grpc says only "Failed to bind to address"
+                raise _unavailable(
+                    "gRPC", settings.host, settings.grpc_port, "--grpc-port", "address in use or not available"
+                ) from None
             await grpc_server.start()
             addresses["grpc"] = _host_port(settings.host, grpc_port)
 
         if settings.allow_metrics:
-            metrics_server = MetricsServer(
-                metrics_registry, settings.host, settings.metrics_port, fleet.render, asyncio.get_running_loop()
-            )
+            try:
+                metrics_server = MetricsServer(
+                    metrics_registry, settings.host, settings.metrics_port, fleet.render, asyncio.get_running_loop()
+                )
+            except OSError as exc:
+                raise _unavailable(
+                    "metrics", settings.host, settings.metrics_port, "--metrics-port", str(exc.strerror)
+                ) from None
             addresses["metrics"] = _host_port(settings.host, metrics_server.port)
 
         async with asyncio.TaskGroup() as tasks:
-            if http_server is not None:
+            if http_server is not None and http_socket is not None:
                 http_task = tasks.create_task(http_server.serve(sockets=[http_socket]))
                 while not http_server.started and not http_task.done():
                     await asyncio.sleep(0.01)
@@ -269,6 +293,11 @@ async def serve(
             await stop.wait()
             await _shutdown(gateway, settings, grpc_server, http_server)
     finally:
+        # A start that failed half way leaves a front end to close here (a second stop is a no-op).
+        if grpc_server is not None:
+            await grpc_server.stop(0)
+        if http_socket is not None and (http_server is None or not http_server.started):
+            http_socket.close()
         # Close upstreams last: in-flight requests needed them until the drain ended.
         if metrics_server is not None:
             metrics_server.close()

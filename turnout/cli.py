@@ -7,6 +7,7 @@ environment variable with the TURNOUT_ prefix (TURNOUT_UP_HTTP_PORT, ...).
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -160,6 +161,27 @@ def _sidecar_arguments(
     return arguments
 
 
+def _check_ports(flags: dict[str, Any]) -> None:
+    """Refuse a front end port that is taken before any sidecar starts (they take seconds)."""
+    host = flags["host"]
+    for what, flag, allowed in (
+        ("HTTP", "http", "allow_http"),
+        ("gRPC", "grpc", "allow_grpc"),
+        ("metrics", "metrics", "allow_metrics"),
+    ):
+        port = flags[f"{flag}_port"]
+        if not flags[allowed] or port == 0:
+            continue
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                raise click.ClickException(f"cannot serve {what} on {where} (--{flag}-port): {exc.strerror}") from None
+
+
 def _sidecar_tls_arguments(flags: dict[str, Any]) -> list[str]:
     """`turnout up` with TLS to its sidecars: they serve --sidecar-ssl-cert and want it back
     from the gateway, signed by --sidecar-ssl-root-cert (mutual TLS under one root). So the
@@ -245,6 +267,7 @@ def up(
         log_file=flags["log_file"],
     )
     arguments += _sidecar_tls_arguments(flags)
+    _check_ports(flags)
     logs = LogSettings(
         log_file=flags["log_file"],
         log_info=flags["log_info"],

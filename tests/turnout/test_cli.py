@@ -3,8 +3,10 @@ in its usage line, and spells booleans Triton's way (`--flag=true|false`, bare =
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,44 @@ def test_the_sidecar_takes_tritons_boolean_form(value: str, tmp_path: Path) -> N
     assert done.returncode == 2
     assert "Invalid value for '--port'" in done.stderr, done.stderr
     assert "does not take a value" not in done.stderr
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        yield holder.getsockname()[1]
+
+
+def _ports(taken: int, flag: str) -> list[str]:
+    ports = {"http": 0, "grpc": 0, "metrics": 0, flag: taken}
+    return ["--host=127.0.0.1", *(f"--{name}-port={port}" for name, port in ports.items())]
+
+
+def _one_clean_line(done: subprocess.CompletedProcess[str]) -> str:
+    output = done.stdout + done.stderr
+    for noise in ("Traceback", "Exception ignored", "never awaited", "Event loop is closed"):
+        assert noise not in output, output
+    lines = [line for line in done.stderr.splitlines() if "cannot serve" in line]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+@pytest.mark.parametrize(("flag", "what"), [("http", "HTTP"), ("grpc", "gRPC"), ("metrics", "metrics")])
+def test_turnout_up_names_a_taken_port_and_its_flag_before_starting_sidecars(
+    taken_port: int, flag: str, what: str, tmp_path: Path
+) -> None:
+    done = turnout("up", f"--model-repository={tmp_path}", *_ports(taken_port, flag))
+    assert done.returncode == 1
+    line = _one_clean_line(done)
+    assert line == f"Error: cannot serve {what} on 127.0.0.1:{taken_port} (--{flag}-port): Address already in use"
+    assert "sidecar ready" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(("flag", "what"), [("http", "HTTP"), ("grpc", "gRPC"), ("metrics", "metrics")])
+def test_turnout_gateway_names_a_taken_port_and_its_flag_in_one_line(taken_port: int, flag: str, what: str) -> None:
+    done = turnout("gateway", "--sidecar=onnxruntime=127.0.0.1:1", *_ports(taken_port, flag))
+    assert done.returncode == 1
+    line = _one_clean_line(done)
+    assert line.startswith(f"turnout gateway: cannot serve {what} on 127.0.0.1:{taken_port} (--{flag}-port): "), line
