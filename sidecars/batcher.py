@@ -1,16 +1,18 @@
-"""The scheduler between server and runtime: a bounded priority queue per model version
-that forms batches (Triton's dynamic batcher) and hands them to free model instances.
+"""The scheduler between server and runtime: a bounded priority queue per model version,
+batches formed from its head by Triton's dynamic batch rules (`BatchRules`, which the
+`oldest` sequence strategy shares) and handed to the model instances when Triton's
+batcher would hand them. Everything here changes on the event loop only, so it needs no lock.
 
 Without `dynamic_batching` the same queue runs every request alone."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +42,104 @@ class Result:
     times: BatchTimes
 
 
+class Candidate(NamedTuple):
+    """A queued request as the batch rules see it: its rows, what must match for two
+    requests to share a batch, and when its wait for a batch began (monotonic ns)."""
+
+    rows: int
+    key: Hashable
+    since_ns: int
+
+
+class Plan(NamedTuple):
+    """What to do with the head of a queue: move its first `take` requests into the batch
+    now, or (`wait_ns` > 0) wait that long, or for a change in the queue, and look again.
+    `full`: the batch takes no more requests after these (Triton's saturated payload);
+    `sealed`: a request of another shape closed it, so no other batch may merge into it."""
+
+    take: int
+    wait_ns: int = 0
+    full: bool = False
+    sealed: bool = False
+
+
+@dataclass(frozen=True)
+class BatchRules:
+    """Triton's dynamic batch rules (core's DynamicBatchScheduler::GetDynamicBatch), as a
+    pure function of the queue in order, so each batcher keeps only its own queue.
+
+    A batch is always a prefix of the queue: it grows request by request in queue order and
+    closes at the first request that would pass `max_rows` or whose key differs; nothing is
+    taken from behind it. Until its oldest request has waited `delay_ns`, the prefix is cut
+    back and sent at once when it reaches a preferred size (the largest it reaches) or when
+    its next request would pass the largest preferred size (what fits goes, the rest waits
+    its own delay); else it goes whole at once when it holds the largest preferred size or more,
+    or when a request it cannot take closes it; else it waits. Once the delay has
+    passed it goes whole. Without preferred sizes, `max_rows` is the one (Triton's config
+    normalisation).
+
+    A batch already sent but not yet running (`formed_rows` of `formed_key`; Triton's
+    payload waiting for a busy instance) keeps taking what the rules send until it is full."""
+
+    max_rows: int
+    preferred: frozenset[int]
+    delay_ns: int
+
+    @classmethod
+    def of(cls, max_batch_size: int, preferred: Iterable[int], delay_us: int) -> BatchRules:
+        max_rows = max(max_batch_size, 1)
+        sizes = frozenset(size for size in preferred if 0 < size <= max_rows) or frozenset({max_rows})
+        return cls(max_rows, sizes, delay_us * 1000)
+
+    def plan(
+        self,
+        queue: Iterable[Candidate],
+        now_ns: int,
+        *,
+        closing: bool = False,
+        formed_rows: int = 0,
+        formed_key: Hashable = None,
+    ) -> Plan:
+        """The requests to send from `queue` (in order; read only as far as the batch can
+        reach) at `now_ns`. `closing` sends what is pending without waiting out the delay."""
+        largest = max(self.preferred)
+        rows = count = best = 0
+        key = formed_key
+        oldest_ns = now_ns
+        closed = full = sealed = False
+        for candidate in queue:
+            size = max(candidate.rows, 1)
+            total = formed_rows + rows + size
+            if formed_rows + count == 0:
+                key = candidate.key
+            else:
+                if total > largest and not best:
+                    best = count  # what fits the largest preferred size, if nothing preferred came first
+                    full = True
+                if total > self.max_rows or candidate.key != key:
+                    closed = True
+                    sealed = candidate.key != key and total <= self.max_rows
+                    break
+            rows += size
+            count += 1
+            oldest_ns = min(oldest_ns, candidate.since_ns)
+            if formed_rows + rows in self.preferred:
+                best = count
+        waited_ns = now_ns - oldest_ns
+        delay_passed = self.delay_ns > 0 and waited_ns >= self.delay_ns
+        if best and not delay_passed:
+            return Plan(best, full=full or not self.delay_ns, sealed=sealed)
+        if not count:
+            return Plan(0, full=full, sealed=sealed)
+        if closed or formed_rows + rows >= largest:
+            return Plan(count, full=True, sealed=sealed)
+        if delay_passed or not self.delay_ns or closing:
+            return Plan(count, full=full)
+        if not full and formed_rows and formed_rows not in self.preferred:
+            return Plan(count)  # grow the waiting batch now
+        return Plan(0, self.delay_ns - waited_ns, full=full)
+
+
 @dataclass(eq=False)
 class _Pending:
     request: ValidRequest
@@ -67,18 +167,59 @@ class _Policy:
         )
 
 
+@dataclass(eq=False)
+class _Batch:
+    """A batch the scheduler formed (Triton's payload): it may keep taking requests until it
+    is full or an instance starts it."""
+
+    requests: list[_Pending] = field(default_factory=list)
+    rows: int = 0
+    key: Hashable = None
+    since_ns: int = 0  # its oldest request's arrival
+    full: bool = False  # takes no more requests
+    sealed: bool = False  # closed by a request of another shape: never merged
+    offered: bool = False
+    started: int | None = None  # the order in which instances started batches
+
+    def add(self, requests: list[_Pending]) -> None:
+        if not self.requests:
+            self.key = requests[0].request.key
+            self.since_ns = requests[0].enqueued_ns
+        self.requests += requests
+        self.rows += sum(max(p.request.batch_size, 1) for p in requests)
+        self.since_ns = min(self.since_ns, *(p.enqueued_ns for p in requests))
+
+
 @dataclass
 class _Level:
+    """One priority level: requests in arrival order, then those that outlived their
+    timeout under DELAY (Triton serves a level's delayed requests before the next level)."""
+
     policy: _Policy
     queue: deque[_Pending] = field(default_factory=deque)
-    delayed: deque[_Pending] = field(default_factory=deque)  # timed out under DELAY: served last
+    delayed: deque[_Pending] = field(default_factory=deque)
+
+    def __iter__(self) -> Iterator[_Pending]:
+        yield from self.queue
+        yield from self.delayed
+
+    def __len__(self) -> int:
+        return len(self.queue) + len(self.delayed)
 
 
 class DynamicBatcher:
     """Queues validated requests and runs them on `instances`, one batch per instance at a time.
 
-    `clock` gives monotonic nanoseconds; every wait goes through the running event loop,
-    so a test loop on virtual time, with a clock that reads it, drives the whole batcher."""
+    The queue is Triton's: priority levels in order, each its arrival-order queue then its
+    DELAY-expired requests; requests are never reordered. One scheduler task forms batches
+    from its head by `BatchRules` and offers them to the instances, as Triton's batcher
+    thread does: when an instance waits for one or, where Triton prefetches (no priority
+    levels and no queue policy), while up to two batches per instance wait for busy ones;
+    a waiting batch keeps growing until it is full or an instance starts it, and an instance
+    starting one merges the waiting batches behind it whose delay has passed, as far as
+    max_batch_size allows. `clock` gives monotonic nanoseconds; every wait goes through
+    the running event loop, so a test loop on virtual time, with a clock that reads it,
+    drives the whole batcher."""
 
     def __init__(
         self,
@@ -94,9 +235,8 @@ class DynamicBatcher:
         self._batched = config.max_batch_size > 0
         self._gathers = self._batched and config.HasField("dynamic_batching")
         batching = config.dynamic_batching
-        self._max_rows = max(config.max_batch_size, 1)
-        self._preferred = sorted(set(batching.preferred_batch_size))
-        self._delay_ns = batching.max_queue_delay_microseconds * 1000 if self._gathers else 0
+        delay_us = batching.max_queue_delay_microseconds if self._gathers else 0
+        self._rules = BatchRules.of(config.max_batch_size, batching.preferred_batch_size, delay_us)
         self._preserve_ordering = self._gathers and batching.preserve_ordering
         levels = max(batching.priority_levels, 1)
         default = _Policy.of(batching.default_queue_policy)
@@ -105,14 +245,22 @@ class DynamicBatcher:
             for n in range(1, levels + 1)
         ]
         self._default_level = batching.default_priority_level or 1
+        policy = batching.default_queue_policy
+        no_policy = not (policy.default_timeout_microseconds or policy.allow_timeout_override or policy.max_queue_size)
+        # Batches wait for busy instances only where no queue rule could still apply to them.
+        self._prefetch = batching.priority_levels == 0 and no_policy
         self._changed = asyncio.Event()
         self._closing = False
         self._queued = 0
-        # preserve_ordering: batches deliver their results in the order they were formed.
-        self._formed = 0
+        self._offered: deque[_Batch] = deque()  # formed, waiting for an instance
+        self._idle: deque[asyncio.Future[_Batch | None]] = deque()  # instances waiting for a batch
+        self._scheduling = True
+        # preserve_ordering: batches deliver their results in the order they were started.
+        self._started = 0
         self._delivered = 0
         self._deliveries: dict[int, Callable[[], None]] = {}
         self._workers = [asyncio.create_task(self._work(instance)) for instance in self._instances]
+        self._scheduler = asyncio.create_task(self._schedule())
 
     @property
     def instance_count(self) -> int:
@@ -121,7 +269,7 @@ class DynamicBatcher:
     @property
     def pending(self) -> int:
         """Requests queued and not yet executing (Triton's pending request count)."""
-        return self._queued
+        return self._queued + sum(len(batch.requests) for batch in self._offered)
 
     async def submit(self, request: ValidRequest) -> Result:
         """Queue a request and wait for its outputs. Raises TurnoutError on a full
@@ -131,7 +279,7 @@ class DynamicBatcher:
         level_number = request.priority if 0 < request.priority <= len(self._levels) else self._default_level
         level = self._levels[level_number - 1]
         policy = level.policy
-        if policy.max_queue_size and len(level.queue) + len(level.delayed) >= policy.max_queue_size:
+        if policy.max_queue_size and len(level) >= policy.max_queue_size:
             raise unavailable(f"[request id: {request.id or '<id_unknown>'}] Exceeds maximum queue size")
         loop = asyncio.get_running_loop()
         pending = _Pending(request, loop.create_future(), self._clock(), level_number)
@@ -144,7 +292,12 @@ class DynamicBatcher:
         level.queue.append(pending)
         self._queued += 1
         self._changed.set()
-        return await pending.future
+        try:
+            return await pending.future
+        except asyncio.CancelledError:
+            # Its client gave up: the batch forming behind it may now be due.
+            self._changed.set()
+            raise
 
     def _expire(self, pending: _Pending) -> None:
         level = self._levels[pending.level - 1]
@@ -158,6 +311,7 @@ class DynamicBatcher:
         else:
             pending.delayed = True
             level.delayed.append(pending)
+        self._changed.set()
 
     async def _work(self, instance: ModelInstance) -> None:
         while True:
@@ -166,97 +320,143 @@ class DynamicBatcher:
                 return
             await self._execute(instance, batch)
 
-    async def _next_batch(self) -> list[_Pending] | None:
-        while True:
-            if not self._queued:
-                if self._closing:
-                    return None
-                self._changed.clear()
-                await self._changed.wait()
-                continue
-            if self._delay_ns:
-                wait_ns = self._wait_for_more()
-                if wait_ns > 0:
-                    self._changed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._changed.wait(), wait_ns / 1e9)
-                    continue
-            batch = self._take()
-            if batch:
-                return batch
-
-    def _queues(self) -> list[deque[_Pending]]:
-        return [level.queue for level in self._levels] + [level.delayed for level in self._levels]
-
-    def _wait_for_more(self) -> int:
-        """Nanoseconds to keep waiting for a larger batch; 0 to run what is queued now."""
-        head = next(q[0] for q in self._queues() if q)
-        rows = 0
-        for queue in self._queues():
-            for pending in queue:
-                if pending.request.key == head.request.key:
-                    rows += pending.request.batch_size
-        if self._closing or rows >= self._max_rows or rows in self._preferred:
-            return 0
-        return head.enqueued_ns + self._delay_ns - self._clock()
-
-    def _take(self) -> list[_Pending]:
-        """Remove the next batch: compatible requests in priority order, up to the limit."""
-        batch: list[_Pending] = []
-        rows = 0
-        key = None
-        for queue in self._queues():
-            kept: list[_Pending] = []
-            while queue:
-                pending = queue[0]
-                if pending.future.done():  # cancelled by its client while queued
-                    queue.popleft()
-                    self._queued -= 1
-                    continue
-                if key is None:
-                    key = pending.request.key
-                fits = rows + pending.request.batch_size <= self._max_rows
-                if pending.request.key != key or not fits:
-                    if self._preserve_ordering or not fits:
-                        break
-                    kept.append(queue.popleft())
-                    continue
-                queue.popleft()
-                self._queued -= 1
-                batch.append(pending)
-                rows += pending.request.batch_size
-                if not self._gathers:
-                    break
-            queue.extendleft(reversed(kept))
-            if batch and (not self._gathers or rows >= self._max_rows):
+    async def _next_batch(self) -> _Batch | None:
+        """The first batch offered, merged with the ones behind it that are due (Triton's
+        InstanceQueue::Dequeue), or the next one formed; None once closed and drained."""
+        if not self._offered:
+            if not self._scheduling:
+                return None
+            waiting: asyncio.Future[_Batch | None] = asyncio.get_running_loop().create_future()
+            self._idle.append(waiting)
+            self._changed.set()
+            return await waiting
+        batch = self._offered.popleft()
+        self._start(batch)
+        now = self._clock()
+        while self._rules.delay_ns and not batch.sealed and self._offered:
+            behind = self._offered[0]
+            due = now - behind.since_ns > self._rules.delay_ns
+            if behind.sealed or not due or behind.key != batch.key or batch.rows + behind.rows > self._rules.max_rows:
                 break
-        batch = self._prefer(batch, rows)
-        for pending in batch:
-            if pending.timer is not None:
-                pending.timer.cancel()
+            behind.started = -1  # merged: its requests run in `batch`
+            batch.add(self._offered.popleft().requests)
+        self._changed.set()
         return batch
 
-    def _prefer(self, batch: list[_Pending], rows: int) -> list[_Pending]:
-        """Cut a batch back to the largest preferred size it can form, requeueing the rest."""
-        if not self._preferred or rows in self._preferred or rows >= self._max_rows:
-            return batch
-        cumulative, sizes = 0, []
-        for pending in batch:
-            cumulative += pending.request.batch_size
-            sizes.append(cumulative)
-        best = max((i for i, size in enumerate(sizes) if size in self._preferred), default=None)
-        if best is None:
-            return batch
-        for pending in reversed(batch[best + 1 :]):
-            level = self._levels[pending.level - 1]
-            queue = level.delayed if pending.delayed else level.queue
-            queue.appendleft(pending)
-            self._queued += 1
-        return batch[: best + 1]
+    def _offer(self, batch: _Batch) -> None:
+        batch.offered = True
+        while self._idle:
+            waiting = self._idle.popleft()
+            if not waiting.done():  # its instance's worker may have been cancelled
+                self._start(batch)
+                waiting.set_result(batch)
+                return
+        self._offered.append(batch)
 
-    async def _execute(self, instance: ModelInstance, batch: list[_Pending]) -> None:
-        sequence = self._formed
-        self._formed += 1
+    def _start(self, batch: _Batch) -> None:
+        batch.started = self._started
+        self._started += 1
+
+    def _room(self) -> bool:
+        """May the scheduler form a batch now (Triton's PayloadSlotAvailable)?"""
+        if any(not waiting.done() for waiting in self._idle):
+            return True
+        return self._prefetch and len(self._offered) < 2 * len(self._instances)
+
+    async def _schedule(self) -> None:
+        """Form batches from the head of the queue (Triton's BatcherThread) until closed
+        and drained; then the instances stop once they have run what was offered."""
+        try:
+            await self._form_batches()
+        finally:
+            self._scheduling = False
+            for waiting in self._idle:
+                if not waiting.done():
+                    waiting.set_result(None)
+
+    async def _form_batches(self) -> None:
+        batch = _Batch()
+        while True:
+            if batch.full or batch.started is not None:
+                batch = _Batch()
+            self._drop_cancelled_heads()
+            if not self._queued and self._closing:
+                return
+            if not self._queued or not self._room():
+                await self._wait_for_change()
+                continue
+            if self._gathers:
+                plan = self._rules.plan(
+                    self._candidates(),
+                    self._clock(),
+                    closing=self._closing,
+                    formed_rows=batch.rows,
+                    formed_key=batch.key,
+                )
+            else:
+                plan = Plan(1, full=True)
+            if plan.take:
+                batch.add(self._take(plan.take))
+                if not batch.offered:
+                    self._offer(batch)
+            batch.full |= plan.full
+            batch.sealed |= plan.sealed
+            if plan.wait_ns > 0:
+                await self._wait_for_change(plan.wait_ns)
+            elif not plan.take and not plan.full:
+                await self._wait_for_change()  # the waiting batch cannot take the head: until it starts
+
+    async def _wait_for_change(self, timeout_ns: int | None = None) -> None:
+        """Until the queue, the instances or the batches change, or `timeout_ns` passes."""
+        self._changed.clear()
+        timer = None
+        if timeout_ns is not None:
+            timer = asyncio.get_running_loop().call_later(timeout_ns / 1e9, self._changed.set)
+        try:
+            await self._changed.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _in_order(self) -> Iterator[_Pending]:
+        """Every queued request in Triton's order, those cancelled by their clients skipped."""
+        for level in self._levels:
+            for pending in level:
+                if not pending.future.done():
+                    yield pending
+
+    def _candidates(self) -> Iterator[Candidate]:
+        for pending in self._in_order():
+            yield Candidate(pending.request.batch_size, pending.request.key, pending.enqueued_ns)
+
+    def _drop_cancelled_heads(self) -> None:
+        """Forget requests cancelled by their clients at the front of each queue."""
+        for level in self._levels:
+            for queue in (level.queue, level.delayed):
+                while queue and queue[0].future.done():
+                    dropped = queue.popleft()
+                    if dropped.timer is not None:
+                        dropped.timer.cancel()
+                    self._queued -= 1
+
+    def _take(self, count: int) -> list[_Pending]:
+        """Remove the first `count` live requests, in order, dropping cancelled ones on the way."""
+        batch: list[_Pending] = []
+        for level in self._levels:
+            for queue in (level.queue, level.delayed):
+                while queue and len(batch) < count:
+                    pending = queue.popleft()
+                    self._queued -= 1
+                    if pending.timer is not None:
+                        pending.timer.cancel()
+                    if not pending.future.done():
+                        batch.append(pending)
+        return batch
+
+    async def _execute(self, instance: ModelInstance, formed: _Batch) -> None:
+        batch = formed.requests
+        sequence = formed.started
+        assert sequence is not None
         start = self._clock()
         first = batch[0].request
         if len(batch) == 1:
@@ -297,6 +497,7 @@ class DynamicBatcher:
         """Run what is queued, stop the workers, then release the instances."""
         self._closing = True
         self._changed.set()
+        await asyncio.gather(self._scheduler, return_exceptions=True)
         await asyncio.gather(*self._workers, return_exceptions=True)
         for instance in self._instances:
             await asyncio.to_thread(instance.close)

@@ -1,13 +1,13 @@
 """Triton's sequence batcher for stateful models: each sequence (correlation id) holds a
 slot of one model instance from its START request to its END or its idle timeout, the
 model gets START/END/READY/CORRID controls and implicit state beside the client's
-inputs, and batches form across slots (`direct`) or across sequences' next requests,
-oldest first (`oldest`)."""
+inputs, and batches form across slots (`direct`) or, under `oldest`, from the sequences'
+next requests in the order they became ready, by the dynamic batcher's rules
+(`sidecars.batcher.BatchRules`)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import logging
 import time
@@ -22,7 +22,7 @@ from protos import model_config_pb2 as mc
 from protos.sequence import SequenceFlags
 from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import Status, TurnoutError, invalid_arg, unavailable
-from sidecars.batcher import BackendFailure, Result
+from sidecars.batcher import BackendFailure, BatchRules, Candidate, Result
 from sidecars.runtime import ModelInstance
 from sidecars.sequence_config import FILLER, Row, SequenceTensors
 from sidecars.validation import ValidRequest
@@ -40,6 +40,11 @@ class _Pending:
     flags: SequenceFlags
     future: asyncio.Future[Result]
     enqueued_ns: int
+    # When it could first join a batch: its arrival, or when the request before it in its
+    # sequence finished (`oldest` counts the queue delay from here, as Triton's per-instance
+    # dynamic batcher counts it from when the request reached it), and a tiebreak in that order.
+    ready_ns: int = 0
+    ready_order: int = 0
 
 
 @dataclass(eq=False)
@@ -51,16 +56,41 @@ class _Slot:
     queue: deque[_Pending] = field(default_factory=deque)
     state: dict[str, np.ndarray] | None = None
     binding: int = 0  # changes on every release, so a late state write cannot reach the next sequence
+    issued: bool = False  # `oldest`: its head is in a formed batch or running (Triton's in-flight slot)
+
+
+@dataclass(eq=False)
+class _Formed:
+    """`oldest`: a batch of sequences' next requests formed for the lane's instance (Triton's
+    payload); it may keep taking requests until it is full or the instance starts it."""
+
+    members: list[tuple[_Slot, _Pending]] = field(default_factory=list)
+    key: Any = None
+    since_ns: int = 0  # its oldest member's ready time
+    full: bool = False
+    sealed: bool = False  # closed by a request of another shape: never merged
+    offered: bool = False
+    started: bool = False
+
+    def add(self, members: list[tuple[_Slot, _Pending]], key: Any) -> None:
+        if not self.members:
+            self.key, self.since_ns = key, members[0][1].ready_ns
+        self.members += members
+        self.since_ns = min(self.since_ns, *(pending.ready_ns for _, pending in members))
 
 
 @dataclass(eq=False)
 class _Lane:
-    """One model instance, its slots, and the event that wakes its worker."""
+    """One model instance, its slots, and the event that wakes its worker (and, under
+    `oldest`, its batch former)."""
 
     instance: ModelInstance
     index: int
     slots: list[_Slot] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    formed: deque[_Formed] = field(default_factory=deque)  # `oldest`: waiting for the instance
+    idle: asyncio.Future[_Formed | None] | None = None  # `oldest`: the worker waiting for a batch
+    forming: bool = True  # `oldest`: its former runs
 
 
 @dataclass(eq=False)
@@ -105,16 +135,17 @@ class SequenceBatcher:
         self._max_rows = max(config.max_batch_size, 1)
         self._idle_ns = batching.max_sequence_idle_microseconds * 1000
         self._oldest = batching.HasField("oldest")
-        if self._oldest:
-            slot_count = batching.oldest.max_candidate_sequences or self._max_rows
-            self._delay_ns = batching.oldest.max_queue_delay_microseconds * 1000
-            self._preferred = sorted(set(batching.oldest.preferred_batch_size))
-            self._min_utilization = 0.0
-        else:
-            slot_count = self._max_rows
-            self._delay_ns = batching.direct.max_queue_delay_microseconds * 1000
-            self._preferred = []
-            self._min_utilization = batching.direct.minimum_slot_utilization
+        oldest = batching.oldest
+        self._rules = BatchRules.of(
+            config.max_batch_size, oldest.preferred_batch_size, oldest.max_queue_delay_microseconds
+        )
+        slot_count = (oldest.max_candidate_sequences or self._max_rows) if self._oldest else self._max_rows
+        self._delay_ns = batching.direct.max_queue_delay_microseconds * 1000
+        self._min_utilization = batching.direct.minimum_slot_utilization
+        # A new sequence's state shapes: a START batches with continuing sequences whose
+        # states have the same shapes.
+        self._initial_shapes = _shapes(tensors.initial())
+        self._readied = 0
         self._lanes = [_Lane(instance, i) for i, instance in enumerate(instances)]
         for lane in self._lanes:
             lane.slots = [_Slot(lane, s) for s in range(slot_count)]
@@ -128,6 +159,8 @@ class SequenceBatcher:
         self._queued = 0
         self._closing = False
         self._workers = [asyncio.create_task(self._work(lane)) for lane in self._lanes]
+        if self._oldest:
+            self._workers += [asyncio.create_task(self._form(lane)) for lane in self._lanes]
         self._reaper = asyncio.create_task(self._reap())
 
     @property
@@ -159,6 +192,7 @@ class SequenceBatcher:
             )
         now = self._clock()
         pending = _Pending(request, flags, asyncio.get_running_loop().create_future(), now)
+        self._ready(pending, now)
         self._last_seen[correlation_id] = now
         if slot is not None:
             if flags.start:
@@ -252,6 +286,9 @@ class SequenceBatcher:
                 # As Triton: a request cancelled while its sequence waited cancels the sequence.
                 self._fail_backlog(backlog, TurnoutError(Status.CANCELLED, _CANCELLED))
                 continue
+            now = self._clock()
+            for pending in backlog.queue:
+                self._ready(pending, now)
             slot.queue.extend(backlog.queue)
             if open_ended:
                 self._bound[backlog.correlation_id] = slot
@@ -291,10 +328,101 @@ class SequenceBatcher:
 
     async def _work(self, lane: _Lane) -> None:
         while True:
-            rows = await self._next_rows(lane)
+            rows = await (self._next_formed(lane) if self._oldest else self._next_rows(lane))
             if rows is None:
                 return
-            await self._execute(lane, rows)
+            if rows:
+                await self._execute(lane, rows)
+
+    # -- oldest: Triton's per-instance dynamic batcher over the sequences' next requests -----
+
+    async def _form(self, lane: _Lane) -> None:
+        """Form batches from the lane's ready heads, oldest ready first, by the dynamic
+        batch rules, whether or not the instance is busy: a batch waiting for it keeps
+        growing until full (Triton's batcher thread, which prefetches for sequences)."""
+        formed = _Formed()
+        try:
+            while True:
+                if formed.full or formed.started:
+                    formed = _Formed()
+                heads = self._heads(lane)
+                if not heads and self._closing:
+                    return
+                ready = sorted(
+                    (slot for slot in heads if not slot.issued),
+                    key=lambda slot: (slot.queue[0].ready_ns, slot.queue[0].ready_order),
+                )
+                if not ready:
+                    await _wait_for_change(lane)
+                    continue
+                keys = [self._key(slot) for slot in ready]
+                candidates = (Candidate(1, key, slot.queue[0].ready_ns) for slot, key in zip(ready, keys, strict=True))
+                plan = self._rules.plan(
+                    candidates,
+                    self._clock(),
+                    closing=self._closing,
+                    formed_rows=len(formed.members),
+                    formed_key=formed.key,
+                )
+                if plan.take:
+                    for slot in ready[: plan.take]:
+                        slot.issued = True
+                    formed.add([(slot, slot.queue[0]) for slot in ready[: plan.take]], keys[0])
+                    if not formed.offered:
+                        self._offer(lane, formed)
+                formed.full |= plan.full
+                formed.sealed |= plan.sealed
+                if plan.wait_ns > 0:
+                    await _wait_for_change(lane, plan.wait_ns)
+                elif not plan.take and not plan.full:
+                    await _wait_for_change(lane)  # the waiting batch cannot take the head: until it starts
+        finally:
+            lane.forming = False
+            if lane.idle is not None and not lane.idle.done():
+                lane.idle.set_result(None)
+
+    def _offer(self, lane: _Lane, formed: _Formed) -> None:
+        formed.offered = True
+        if lane.idle is not None and not lane.idle.done():
+            formed.started = True
+            lane.idle.set_result(formed)
+        else:
+            lane.formed.append(formed)
+
+    async def _next_formed(self, lane: _Lane) -> list[_Row] | None:
+        """The rows of the next formed batch, merged with those behind it whose delay has
+        passed (Triton's InstanceQueue::Dequeue); None once closed and drained."""
+        if lane.formed:
+            formed = lane.formed.popleft()
+            formed.started = True
+            now = self._clock()
+            while self._rules.delay_ns and not formed.sealed and lane.formed:
+                behind = lane.formed[0]
+                due = now - behind.since_ns > self._rules.delay_ns
+                fits = len(formed.members) + len(behind.members) <= self._max_rows
+                if behind.sealed or not due or not fits or behind.key != formed.key:
+                    break
+                behind.started = True
+                formed.members += lane.formed.popleft().members
+        elif not lane.forming:
+            return None
+        else:
+            lane.idle = asyncio.get_running_loop().create_future()
+            lane.changed.set()
+            waited = await lane.idle
+            if waited is None:
+                return None
+            formed = waited
+        lane.changed.set()
+        rows = []
+        for slot, pending in formed.members:
+            if slot.queue and slot.queue[0] is pending:
+                rows.append(self._take(slot))  # the slot stays issued until the row has run
+                continue
+            slot.issued = False  # its request was cancelled while the batch waited
+            if slot.queue:
+                self._ready(slot.queue[0], self._clock())
+        return rows
 
     async def _next_rows(self, lane: _Lane) -> list[_Row] | None:
         while True:
@@ -302,16 +430,13 @@ class SequenceBatcher:
             if not heads:
                 if self._closing:
                     return None
-                lane.changed.clear()
-                await lane.changed.wait()
+                await _wait_for_change(lane)
                 continue
-            wait_ns = self._wait_for_more(heads)
+            wait_ns = self._wait_for_utilization(heads)
             if wait_ns > 0:
-                lane.changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(lane.changed.wait(), wait_ns / 1e9)
+                await _wait_for_change(lane, wait_ns)
                 continue
-            return self._take_oldest(heads) if self._oldest else self._take_direct(lane, heads)
+            return self._take_direct(lane, heads)
 
     def _heads(self, lane: _Lane) -> list[_Slot]:
         """The slots with a request to run, once requests cancelled while queued are gone."""
@@ -326,14 +451,11 @@ class SequenceBatcher:
                 ready.append(slot)
         return ready
 
-    def _wait_for_more(self, heads: list[_Slot]) -> int:
-        """Nanoseconds to wait for a fuller batch under the strategy's queue delay."""
-        if not self._delay_ns or self._closing:
+    def _wait_for_utilization(self, heads: list[_Slot]) -> int:
+        """`direct`: nanoseconds to wait, up to the queue delay, for the minimum slot utilization."""
+        if not self._delay_ns or self._closing or not self._min_utilization:
             return 0
-        count = len(heads)
-        if count >= self._max_rows or count in self._preferred:
-            return 0
-        if not self._oldest and (not self._min_utilization or count / self._max_rows >= self._min_utilization):
+        if len(heads) / self._max_rows >= self._min_utilization:
             return 0
         oldest = min(slot.queue[0].enqueued_ns for slot in heads)
         return oldest + self._delay_ns - self._clock()
@@ -350,24 +472,20 @@ class SequenceBatcher:
                 rows.append(_Row(slot, slot.binding, None, {}))
         return rows
 
-    def _take_oldest(self, heads: list[_Slot]) -> list[_Row]:
-        """The oldest sequences' next requests that can share a batch, cut back to the
-        largest preferred size when one fits."""
-        heads = sorted(heads, key=lambda slot: slot.queue[0].enqueued_ns)
-        key = self._key(heads[0])
-        chosen = [slot for slot in heads if self._key(slot) == key][: self._max_rows]
-        if self._preferred and len(chosen) not in self._preferred and len(chosen) < self._max_rows:
-            fitting = [size for size in self._preferred if size <= len(chosen)]
-            if fitting:
-                chosen = chosen[: fitting[-1]]
-        return [self._take(slot) for slot in chosen]
-
     def _key(self, slot: _Slot) -> tuple[Any, ...]:
-        """Requests batch together only when their inputs and states have equal shapes."""
+        """Requests batch together only when their inputs and the states they will get
+        (a START's: the initial state) have equal shapes."""
         head = slot.queue[0]
         if slot.state is None or head.flags.start:
-            return head.request.key
-        return (head.request.key, tuple((name, array.shape) for name, array in sorted(slot.state.items())))
+            return (head.request.key, self._initial_shapes)
+        return (head.request.key, _shapes(slot.state))
+
+    def _ready(self, pending: _Pending, now: int) -> None:
+        """`pending` may join a batch from `now` on (if it could not already)."""
+        if now > pending.ready_ns or not pending.ready_order:
+            pending.ready_ns = max(pending.ready_ns, now)
+            self._readied += 1
+            pending.ready_order = self._readied
 
     def _take(self, slot: _Slot) -> _Row:
         pending = slot.queue.popleft()
@@ -380,6 +498,20 @@ class SequenceBatcher:
         return row
 
     async def _execute(self, lane: _Lane, rows: list[_Row]) -> None:
+        try:
+            await self._run(lane, rows)
+        finally:
+            # The sequences' next requests may run from now on.
+            finished = self._clock()
+            for row in rows:
+                slot = row.slot
+                if row.pending is not None and slot.issued:
+                    slot.issued = False
+                    if slot.queue:
+                        self._ready(slot.queue[0], finished)
+            lane.changed.set()
+
+    async def _run(self, lane: _Lane, rows: list[_Row]) -> None:
         start = self._clock()
         inputs = self._batch_inputs(rows)
         real = [row for row in rows if row.pending is not None]
@@ -395,7 +527,6 @@ class SequenceBatcher:
         inferred = self._clock()
         times = BatchTimes(len(real), computed - start, inferred - computed, self._clock() - inferred)
         self._stats.record_batch(times)
-        finished = self._clock()
         for position, row in enumerate(rows):
             pending = row.pending
             if pending is None:
@@ -404,7 +535,6 @@ class SequenceBatcher:
             slot = row.slot
             if slot.binding == row.binding:
                 slot.state = {s.input_name: mine[s.output_name].copy() for s in self._tensors.states}
-                self._last_seen[pending.flags.id] = finished
             if not pending.future.done():
                 pending.future.set_result(Result(mine, start - pending.enqueued_ns, times))
 
@@ -447,6 +577,21 @@ class SequenceBatcher:
             self._fail_backlog(backlog, unavailable("Server exiting"))
         for lane in self._lanes:
             await asyncio.to_thread(lane.instance.close)
+
+
+async def _wait_for_change(lane: _Lane, timeout_ns: int | None = None) -> None:
+    """Until the lane changes (a request, a freed slot, a finished or started batch) or `timeout_ns` passes."""
+    lane.changed.clear()
+    timer = None if timeout_ns is None else asyncio.get_running_loop().call_later(timeout_ns / 1e9, lane.changed.set)
+    try:
+        await lane.changed.wait()
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _shapes(state: dict[str, np.ndarray]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple((name, array.shape) for name, array in sorted(state.items()))
 
 
 def _filler(array: np.ndarray) -> np.ndarray:

@@ -1,8 +1,10 @@
 """DynamicBatcher's batch formation and timing on virtual time: max_batch_size, preferred
 sizes, max_queue_delay_microseconds, the bounded queue, queue policies (REJECT, DELAY,
-per-request timeouts), priority levels, shapes that cannot share a batch, ordering,
-cancellation, failures and close. Each test drives the batcher in process through its
-`clock` seam; tests marked xfail show where it differs from Triton's dynamic batcher."""
+per-request timeouts), priority levels, shapes that cannot share a batch, batches that
+wait for a busy instance (and grow, and merge), ordering, cancellation, failures and
+close. Each test drives the batcher in process through its `clock` seam. Where a test
+says "Triton 2.51 ran ...", the same scenario, scaled to seconds, was run on Triton 2.51
+with a python-backend model under the same dynamic_batching section and one instance."""
 
 from __future__ import annotations
 
@@ -178,11 +180,6 @@ async def test_a_batch_is_cut_back_to_the_largest_preferred_size_it_can_form() -
     assert model.batches() == [(0, [1, 2, 3, 4]), (0, [5, 6]), (0, [7])]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton dispatches a preferred size found at the head of the queue at once, before the delay, "
-    "even with more requests behind it; the batcher waits the delay unless the whole queue is a preferred size",
-)
 @virtual_time
 async def test_a_preferred_size_at_the_head_of_the_queue_runs_at_once_even_with_more_requests_behind_it() -> None:
     model = Model("preferred_batch_size: [2, 4] max_queue_delay_microseconds: 1000")
@@ -191,17 +188,88 @@ async def test_a_preferred_size_at_the_head_of_the_queue_runs_at_once_even_with_
     assert model.batches() == [(0, [1, 2]), (1000, [3])]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton sends at once the requests that fit the largest preferred size when the queue holds more "
-    "rows than it; the batcher waits the delay, then runs every row up to max_batch_size",
-)
 @virtual_time
 async def test_a_queue_beyond_the_largest_preferred_size_runs_what_fits_it_at_once() -> None:
     model = Model("preferred_batch_size: [4] max_queue_delay_microseconds: 1000")
     calls = [model.send(1, rows=3), model.send(2, rows=3)]
     await asyncio.gather(*(call.result() for call in calls))
     assert model.batches() == [(0, [1, 1, 1]), (1000, [2, 2, 2])]
+
+
+@virtual_time
+async def test_requests_held_back_from_what_fits_the_largest_preferred_size_wait_their_own_whole_delay() -> None:
+    model = Model("preferred_batch_size: [4] max_queue_delay_microseconds: 1000")
+    first = model.send(1, rows=3)
+    await until_us(300)
+    second = model.send(2, rows=3)  # 6 rows would pass 4: the first goes now
+    await asyncio.gather(first.result(), second.result())
+    # Triton 2.51 (seconds for µs): the first at the second's arrival, the second a whole delay later.
+    assert model.batches() == [(300, [1, 1, 1]), (1300, [2, 2, 2])]
+
+
+@pytest.mark.parametrize(
+    ("delay_us", "expected"),
+    [(1000, [(0, [0, 0]), (5000, [1, 2, 3])]), (10000, [(0, [0, 0]), (5000, [1, 2]), (10100, [3])])],
+    ids=["delay-passed", "within-delay"],
+)
+@virtual_time
+async def test_once_the_delay_has_passed_the_whole_pending_batch_goes_not_just_a_preferred_size(
+    delay_us: int, expected: list[tuple[int, list[int]]]
+) -> None:
+    # Priority levels: nothing is formed before the busy instance frees.
+    model = Model(
+        f"preferred_batch_size: [2] max_queue_delay_microseconds: {delay_us} priority_levels: 2",
+        runs_for_us=(5000,),
+    )
+    calls = [model.send(0), model.send(0)]
+    await until_us(100)
+    calls += [model.send(n) for n in (1, 2, 3)]
+    await asyncio.gather(*(call.result() for call in calls))
+    # Triton 2.51, its delay passed, ran [1, 2, 3] together; within the delay, [1, 2] then [3].
+    assert model.batches() == expected
+
+
+# -- batches waiting for a busy instance ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("levels", "expected"),
+    [
+        ("", [(0, [0, 0]), (1000, [1, 2, 3])]),
+        ("priority_levels: 2 default_priority_level: 1", [(0, [0, 0]), (1000, [1, 2]), (10500, [3])]),
+        ("default_queue_policy { max_queue_size: 8 }", [(0, [0, 0]), (1000, [1, 2]), (10500, [3])]),
+    ],
+    ids=["formed-ahead", "priority-levels", "queue-policy"],
+)
+@virtual_time
+async def test_a_batch_formed_for_a_busy_instance_keeps_growing_until_the_instance_starts_it(
+    levels: str, expected: list[tuple[int, list[int]]]
+) -> None:
+    model = Model(f"preferred_batch_size: [2] max_queue_delay_microseconds: 10000 {levels}", runs_for_us=(1000,))
+    calls = [model.send(0), model.send(0)]
+    for at_us, number in ((300, 1), (400, 2), (500, 3)):
+        await until_us(at_us)
+        calls.append(model.send(number))
+    await asyncio.gather(*(call.result() for call in calls))
+    # Triton 2.51 ran [1, 2, 3] together, past the preferred size, where it forms batches
+    # ahead of a busy instance (no priority levels, no queue policy); with priority levels
+    # it ran [1, 2] at once and [3] after its delay. A queue policy turns prefetching off
+    # the same way in core (PriorityQueue::SupportPrefetching).
+    assert model.batches() == expected
+
+
+@virtual_time
+async def test_an_instance_merges_waiting_batches_whose_delay_has_passed_into_the_one_it_starts() -> None:
+    model = Model("preferred_batch_size: [2] max_queue_delay_microseconds: 500", runs_for_us=(3000,))
+    calls = [model.send(0), model.send(0)]
+    for at_us, numbers in ((100, (1, 2)), (200, (3,)), (300, (4,)), (1400, (5,)), (1500, (6,))):
+        await until_us(at_us)
+        calls += [model.send(number) for number in numbers]
+    await asyncio.gather(*(call.result() for call in calls))
+    # [1, 2, 3] and [4] wait as two batches (two per instance at most, so 5 and 6 wait in
+    # the queue); [4]'s delay has passed when the instance starts [1, 2, 3], so it joins.
+    # Triton 2.51 ran [0, 0], [1, 2, 3, 4], [5, 6].
+    assert model.batches() == [(0, [0, 0]), (3000, [1, 2, 3, 4]), (6000, [5, 6])]
 
 
 # -- the bounded queue -----------------------------------------------------------------------
@@ -313,11 +381,6 @@ async def test_higher_priority_levels_run_first_and_unknown_levels_take_the_defa
     assert model.batches() == [(0, [3, 6]), (0, [1, 2]), (0, [4, 5])]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton serves each priority level's own queue, then that level's DELAY-expired requests, before the "
-    "next level; the batcher serves every level's queue before any level's delayed requests",
-)
 @virtual_time
 async def test_a_levels_requests_delayed_by_their_timeout_still_run_before_lower_priority_levels() -> None:
     model = Model(
@@ -326,12 +389,13 @@ async def test_a_levels_requests_delayed_by_their_timeout_still_run_before_lower
         max_batch_size=1,
         runs_for_us=(5000,),
     )
-    # 1 runs; 2 and 3 fill the two batches Triton prefetches for a busy instance.
     calls = [model.send(n, priority=2) for n in (1, 2, 3)]
     await until_us(10)
     calls += [model.send(4, priority=1), model.send(5, priority=2)]  # 4 is delayed at 1010
     await asyncio.gather(*(call.result() for call in calls))
-    assert model.batches() == [(0, [1]), (5000, [2]), (10000, [3]), (15000, [4]), (20000, [5])]
+    # With priority levels nothing is formed ahead of a busy instance: when it frees, level
+    # 1's delayed request comes before level 2. Triton 2.51 ran [1], [4], [2], [3], [5].
+    assert model.batches() == [(0, [1]), (5000, [4]), (10000, [2]), (15000, [3]), (20000, [5])]
 
 
 # -- shapes -------------------------------------------------------------------------------
@@ -358,12 +422,6 @@ async def test_under_preserve_ordering_a_request_of_another_shape_ends_the_batch
     assert model.batches() == [(0, [1, 2]), (0, [3]), (0, [4])]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton sends the pending batch as soon as the next queued request has another shape, and never "
-    "batches a request ahead of an older one; the batcher waits the delay and gathers same-shape requests "
-    "from behind requests of other shapes",
-)
 @virtual_time
 async def test_a_request_of_another_shape_ends_the_pending_batch_at_once() -> None:
     model = Model("max_queue_delay_microseconds: 1000")
@@ -372,18 +430,24 @@ async def test_a_request_of_another_shape_ends_the_pending_batch_at_once() -> No
     assert model.batches() == [(0, [1]), (0, [2]), (1000, [3])]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (sidecars/batcher.py _prefer): requests cut from a batch go back to the front of their queue, "
-    "ahead of older requests of another shape that _take had stepped over",
-)
 @virtual_time
-async def test_requests_cut_back_from_a_preferred_batch_stay_behind_older_requests_of_another_shape() -> None:
+async def test_requests_cut_back_from_a_preferred_batch_stay_ahead_of_later_requests_of_another_shape() -> None:
     model = Model("preferred_batch_size: [2]")
-    calls = [model.send(1), model.send(2, length=2), model.send(3), model.send(4)]
+    calls = [model.send(1), model.send(2), model.send(3), model.send(4, length=2), model.send(5)]
     await asyncio.gather(*(call.result() for call in calls))
-    # [1, 3] is the preferred batch; 2 was queued before 4, so it runs next.
-    assert model.batches() == [(0, [1, 3]), (0, [2]), (0, [4])]
+    assert model.batches() == [(0, [1, 2]), (0, [3]), (0, [4]), (0, [5])]
+
+
+@virtual_time
+async def test_a_batch_never_takes_a_request_from_behind_an_older_one_of_another_shape() -> None:
+    model = Model("preferred_batch_size: [2]", runs_for_us=(1000,))
+    calls = [model.send(0, length=5)]  # keeps the instance busy while the others queue
+    for at_us, number, length in ((300, 1, 1), (400, 2, 2), (500, 3, 1), (600, 4, 1)):
+        await until_us(at_us)
+        calls.append(model.send(number, length=length))
+    await asyncio.gather(*(call.result() for call in calls))
+    # Triton 2.51 ran [0], [1], [2], [3, 4]: 1 and 3 never share a batch past 2.
+    assert model.batches() == [(0, [0]), (1000, [1]), (2000, [2]), (3000, [3, 4])]
 
 
 # -- instances, ordering, cancellation, failures, close ---------------------------------------

@@ -743,7 +743,7 @@ async def test_a_model_or_version_that_cannot_be_resolved_gives_tritons_error(
     assert not manager.is_model_ready(model, version_text)
 
 
-async def test_a_model_in_the_repository_but_never_loaded_is_unknown_to_requests(
+async def test_a_model_in_the_repository_but_never_loaded_is_unknown_to_requests_saying_how_to_load_it(
     repository: Path, managers: ManagerFactory
 ) -> None:
     make_models.write_simple(repository)
@@ -755,8 +755,12 @@ async def test_a_model_in_the_repository_but_never_loaded_is_unknown_to_requests
 
     assert (raised.value.status, raised.value.message) == (
         Status.NOT_FOUND,
-        "Request for unknown model: 'simple' is not found",
+        "Request for unknown model: 'simple' is not found (model 'simple' is in the repository but not loaded; "
+        "load it with POST /v2/repository/models/simple/load)",
     )
+    with pytest.raises(TurnoutError) as raised:
+        manager.resolve("elsewhere", "")
+    assert raised.value.message == "Request for unknown model: 'elsewhere' is not found"
 
 
 # -- concurrent loads -------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 START binds a sequence to a free slot and its later requests (and its implicit state)
 stay there, END frees the slot, a sequence that finds every slot taken waits in the
 backlog, max_sequence_idle_microseconds releases an idle sequence's slot, Triton's texts
-for requests that break the sequence rules, and the direct and oldest strategies. Tests
-marked xfail show where it differs from Triton's sequence batcher."""
+for requests that break the sequence rules, and the direct and oldest strategies (oldest
+forms batches by the dynamic batcher's rules, counting a request's queue delay from when
+it could first run: its arrival, or when its sequence's previous request finished or its
+backlogged sequence got a slot)."""
 
 from __future__ import annotations
 
@@ -185,11 +187,6 @@ async def test_an_idle_sequence_loses_its_slot_to_the_backlog_after_max_sequence
     assert "must specify the START flag on the first request of the sequence" in error.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton measures a sequence's idle time from its last request's arrival; the batcher measures it "
-    "from when that request finished executing, so a slow model holds idle slots longer",
-)
 @virtual_time
 async def test_idle_time_counts_from_the_last_requests_arrival() -> None:
     model = Model(max_batch_size=1, runs_for_us=(3000,))
@@ -263,12 +260,6 @@ async def test_direct_waits_up_to_the_queue_delay_for_the_minimum_slot_utilizati
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (sidecars/sequence.py SequenceBatcher._key): a START's key is the request's key alone, a "
-    "continuing sequence's key adds its state shapes, so the two never share a batch; Triton batches every "
-    "ready slot whose shapes match",
-)
 @virtual_time
 async def test_direct_runs_a_new_sequences_start_in_the_same_batch_as_continuing_sequences() -> None:
     model = Model()
@@ -329,11 +320,6 @@ async def test_oldest_batches_the_oldest_requests_first_whatever_their_slots() -
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (sidecars/sequence.py SequenceBatcher._key): under oldest too, a START never shares a batch "
-    "with a continuing sequence's request, so a preferred size made of both is not formed",
-)
 @virtual_time
 async def test_oldest_runs_a_start_and_a_continuing_request_together_as_a_preferred_size() -> None:
     strategy = "oldest { max_candidate_sequences: 4 preferred_batch_size: [2] max_queue_delay_microseconds: 1000 }"
@@ -356,11 +342,6 @@ async def test_oldest_without_a_queue_delay_cuts_a_batch_back_to_the_largest_pre
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton's oldest strategy is a dynamic batcher: a preferred size at the head of its queue runs at "
-    "once; the batcher waits the queue delay unless every waiting sequence fits a preferred size",
-)
 @virtual_time
 async def test_oldest_runs_a_preferred_size_at_once_even_with_more_sequences_waiting() -> None:
     strategy = "oldest { max_candidate_sequences: 4 preferred_batch_size: [2] max_queue_delay_microseconds: 1000 }"
@@ -373,12 +354,90 @@ async def test_oldest_runs_a_preferred_size_at_once_even_with_more_sequences_wai
     ]
 
 
-# -- close -------------------------------------------------------------------------------
+@virtual_time
+async def test_oldest_counts_a_backlogged_sequences_delay_from_when_it_gets_a_slot() -> None:
+    strategy = "oldest { max_candidate_sequences: 2 preferred_batch_size: [2] max_queue_delay_microseconds: 1000 }"
+    model = Model(strategy, max_batch_size=2)
+    calls = [model.send(11, 1, start=True), model.send(22, 10, start=True)]
+    await until_us(100)
+    calls.append(model.send(33, 5, start=True))  # both slots taken: the backlog
+    await until_us(3000)
+    calls.append(model.send(11, 2, end=True))  # alone: runs after its delay, and frees its slot
+    await until_us(4500)
+    calls.append(model.send(22, 20))
+    assert [await output_of(call) for call in calls] == [1, 10, 5, 3, 30]
+    assert model.batches() == [
+        (0, [Row(11, 1, start=True), Row(22, 10, start=True)]),
+        (4000, [Row(11, 2, end=True)]),
+        # 33 arrived at 100 but could run only from 4000: within its delay, 22's request joins.
+        (4500, [Row(33, 5, start=True), Row(22, 20)]),
+    ]  # as Triton 2.51 did in tests/e2e/test_e2e_batching.py's oldest_backlog scenario
 
 
 @virtual_time
-async def test_close_runs_what_is_queued_and_fails_backlogged_sequences() -> None:
-    model = Model(max_batch_size=1)
+async def test_oldest_counts_the_delay_of_a_sequences_next_request_from_when_the_previous_one_finished() -> None:
+    strategy = "oldest { max_candidate_sequences: 4 preferred_batch_size: [2] max_queue_delay_microseconds: 1000 }"
+    model = Model(strategy, max_batch_size=4, runs_for_us=(3000,))
+    calls = [model.send(11, 1, start=True), model.send(22, 10, start=True)]  # run 0 to 3000
+    await until_us(100)
+    calls.append(model.send(11, 2))  # queued behind its sequence's running request
+    await until_us(3500)
+    calls.append(model.send(22, 20))
+    assert [await output_of(call) for call in calls] == [1, 10, 3, 30]
+    assert model.batches() == [
+        (0, [Row(11, 1, start=True), Row(22, 10, start=True)]),
+        (3500, [Row(11, 2), Row(22, 20)]),  # 11's request has waited since 3000, not 100
+    ]  # Triton 2.51 (seconds for ms) ran the same two batches, the second at 3.5 s
+
+
+@virtual_time
+async def test_oldest_grows_a_batch_waiting_for_a_busy_instance_past_the_preferred_size() -> None:
+    strategy = "oldest { max_candidate_sequences: 8 preferred_batch_size: [2] max_queue_delay_microseconds: 10000 }"
+    model = Model(strategy, max_batch_size=8, runs_for_us=(3000,))
+    calls = [model.send(11, 1, start=True), model.send(22, 2, start=True)]
+    for at_us, sequence in ((300, 33), (400, 44), (500, 55)):
+        await until_us(at_us)
+        calls.append(model.send(sequence, sequence, start=True))
+    await asyncio.gather(*(call.result() for call in calls))
+    # [33, 44] is formed at 400, a preferred size; 55 joins it while the instance is busy.
+    # Triton 2.51 (seconds for ms) ran [11, 22], then [33, 44, 55] at 3 s.
+    assert model.batches() == [
+        (0, [Row(11, 1, start=True), Row(22, 2, start=True)]),
+        (3000, [Row(33, 33, start=True), Row(44, 44, start=True), Row(55, 55, start=True)]),
+    ]
+
+
+@virtual_time
+async def test_oldest_merges_the_batches_waiting_behind_the_one_its_instance_starts_once_their_delay_passed() -> None:
+    strategy = "oldest { max_candidate_sequences: 8 preferred_batch_size: [2] max_queue_delay_microseconds: 500 }"
+    model = Model(strategy, max_batch_size=8, runs_for_us=(3000,))
+    calls = [model.send(11, 1, start=True), model.send(22, 2, start=True)]
+    for at_us, sequences in ((100, (33, 44)), (200, (55,)), (300, (66,)), (1400, (77,)), (1500, (88,))):
+        await until_us(at_us)
+        calls += [model.send(sequence, sequence, start=True) for sequence in sequences]
+    await asyncio.gather(*(call.result() for call in calls))
+    # [33, 44, 55] (full) and [66, 77, 88] wait; the second's delay has passed at 3000.
+    # Triton 2.51 (seconds for ms) ran [11, 22], then all six at 3 s.
+    assert model.batches() == [
+        (0, [Row(11, 1, start=True), Row(22, 2, start=True)]),
+        (3000, [Row(n, n, start=True) for n in (33, 44, 55, 66, 77, 88)]),
+    ]
+
+
+# -- close -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        "direct { }",
+        "oldest { max_candidate_sequences: 1 preferred_batch_size: [1] max_queue_delay_microseconds: 100000 }",
+    ],
+    ids=["direct", "oldest"],
+)
+@virtual_time
+async def test_close_runs_what_is_queued_and_fails_backlogged_sequences(strategy: str) -> None:
+    model = Model(strategy, max_batch_size=1)
     running = model.send(11, 1, start=True)
     waiting = model.send(22, 10, start=True)
     await until_us(10)
@@ -389,3 +448,15 @@ async def test_close_runs_what_is_queued_and_fails_backlogged_sequences() -> Non
     refused = await model.send(33, 1, start=True).error()
     assert refused.message == "Server is stopping, scheduler for model has stopped accepting new inference requests"
     assert all(instance.closed for instance in model.instances)
+    assert model.batches() == [(0, [Row(11, 1, start=True)])]
+
+
+@virtual_time
+async def test_oldest_close_runs_a_request_still_within_its_queue_delay_at_once() -> None:
+    strategy = "oldest { max_candidate_sequences: 2 preferred_batch_size: [2] max_queue_delay_microseconds: 100000 }"
+    model = Model(strategy, max_batch_size=2)
+    waiting = model.send(11, 1, start=True)
+    await until_us(10)
+    await model.batcher.close()
+    assert await output_of(waiting) == 1
+    assert model.batches() == [(10, [Row(11, 1, start=True)])]
