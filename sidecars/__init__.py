@@ -7,7 +7,8 @@ model repository and serves them over the v2 gRPC service and the infer lane.
 - `repository` (model folders, local or in an object store), `config` (config.pbtxt and
   overrides), `models` (ModelManager: versions, states, loads, unloads, polls),
   `journal` (explicit loads replayed after a restart), `warmup`.
-- `batcher` (the dynamic batcher), `sequence` and `sequence_config` (the sequence batcher).
+- `batcher` (the dynamic batcher), `sequence` and `sequence_config` (the sequence batcher),
+  `batch_rules` (Triton's batch formation, which both share).
 - `runtime`: the Runtime and ModelInstance contracts and the table of frameworks, each in
   its own package (`onnxruntime/`, `pytorch/`, `tensorrt/`, `ensemble/`), imported by name
   so an image loads only its own framework.

@@ -3,7 +3,7 @@ slot of one model instance from its START request to its END or its idle timeout
 model gets START/END/READY/CORRID controls and implicit state beside the client's
 inputs, and batches form across slots (`direct`) or, under `oldest`, from the sequences'
 next requests in the order they became ready, by the dynamic batcher's rules
-(`sidecars.batcher.BatchRules`)."""
+(`sidecars.batch_rules`)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from protos import model_config_pb2 as mc
 from protos.sequence import SequenceFlags
 from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import Status, TurnoutError, invalid_arg, unavailable
-from sidecars.batcher import BackendFailure, BatchRules, Candidate, Result
+from sidecars.batch_rules import BatchRules, Candidate
+from sidecars.batcher import BackendFailure, Result
 from sidecars.runtime import ModelInstance
 from sidecars.sequence_config import FILLER, Row, SequenceTensors
 from sidecars.validation import ValidRequest
