@@ -188,12 +188,7 @@ def load_request(model_name: str, document: Any) -> RepositoryModelLoadRequest:
     """Load parameters: "config" stays a string, "file:<path>" is base64-decoded to
     bytes_param; anything else passes on with its JSON type so the sidecar can reject it."""
     request = RepositoryModelLoadRequest(model_name=model_name)
-    params = _object(document).get("parameters")
-    if params is None:
-        return request
-    if not isinstance(params, dict):
-        raise internal("attempt to access JSON non-object as object")
-    for key, value in params.items():
+    for key, value in _parameters(document).items():
         if key.startswith("file:"):
             if not isinstance(value, str):
                 raise invalid_arg(f"file parameter '{key}' must be a base64 string")
@@ -204,6 +199,16 @@ def load_request(model_name: str, document: Any) -> RepositoryModelLoadRequest:
         else:
             _set_repository_parameter(request.parameters[key], value)
     return request
+
+
+def _parameters(document: Any) -> dict[str, Any]:
+    """A repository request's "parameters" object ({} when it has none)."""
+    params = _object(document).get("parameters")
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise internal("attempt to access JSON non-object as object")
+    return params
 
 
 def _set_repository_parameter(param: Any, value: Any) -> None:
@@ -221,12 +226,7 @@ def _set_repository_parameter(param: Any, value: Any) -> None:
 
 def unload_request(model_name: str, document: Any) -> RepositoryModelUnloadRequest:
     request = RepositoryModelUnloadRequest(model_name=model_name)
-    params = _object(document).get("parameters")
-    if params is None:
-        return request
-    if not isinstance(params, dict):
-        raise internal("attempt to access JSON non-object as object")
-    for key, value in params.items():
+    for key, value in _parameters(document).items():
         if key == "unload_dependents":
             if type(value) is not bool:
                 raise internal("Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean")

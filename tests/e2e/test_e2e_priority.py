@@ -29,9 +29,12 @@ REQUESTS_PER_URGENT_CLIENT = 16
 async def test_level_one_is_served_first_under_a_full_queue(tmp_path_factory: pytest.TempPathFactory) -> None:
     repo = tmp_path_factory.mktemp("repo_priority")
     # One instance, one request per execution: the queue, not the model, decides the order.
+    # Each execution takes several times a client's round trip, so a level-1 client's next
+    # request is queued before the instance frees even on a loaded machine.
     make_models().write_mlp(
         repo,
         name="mlp_priority",
+        sizes=(512, 3072, 3072, 3072, 10),
         max_batch_size=1,
         extra_config="instance_group [ { count: 1 } ]\n"
         "dynamic_batching { priority_levels: 2 default_priority_level: 2 }",
