@@ -182,6 +182,47 @@ def _check_ports(flags: dict[str, Any]) -> None:
                 raise click.ClickException(f"cannot serve {what} on {where} (--{flag}-port): {exc.strerror}") from None
 
 
+# Triton's launch flags that mean nothing here: accepted, so a Triton launch command starts
+# turnout unchanged, each with one warning line saying why it does nothing.
+_TRITON_NO_OPS = {
+    "backend-directory": "turnout's frameworks are built in (onnxruntime, pytorch, tensorrt, ensemble)",
+    "model-load-thread-count": "each sidecar loads its models concurrently on its own",
+    "pinned-memory-pool-byte-size": "turnout keeps no pinned-memory pool",
+    "cuda-memory-pool-byte-size": "each framework manages its own GPU memory",
+    "metrics-interval-ms": "metrics are read at scrape time",
+    "allow-gpu-metrics": "GPU metrics come with the gpu-metrics extra where a GPU is present",
+    "http-thread-count": "the HTTP front end is asynchronous",
+    "id": "the server identity is fixed",
+    "rate-limit": "instances run requests as their batchers hand them over",
+    "rate-limit-resource": "instances run requests as their batchers hand them over",
+}
+
+
+def _triton_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Triton's --strict-model-config, and its flags that have no meaning for turnout."""
+    function = click.option(
+        "--strict-model-config",
+        default=None,
+        help="Triton's: true = no auto-complete, the config must be complete (as --disable-auto-complete-config).",
+        **{**TRITON_BOOL, "show_default": False},
+    )(function)
+    for name, why in reversed(_TRITON_NO_OPS.items()):
+        function = click.option(
+            f"--{name}",
+            name.replace("-", "_"),
+            multiple=True,
+            expose_value=True,
+            help=f"Accepted from Triton's command line; no effect ({why}).",
+        )(function)
+    return function
+
+
+def _warn_triton_no_ops(flags: dict[str, Any]) -> None:
+    for name, why in _TRITON_NO_OPS.items():
+        for value in flags.pop(name.replace("-", "_"), ()):
+            click.echo(f"turnout: ignoring --{name}={value}: {why}", err=True)
+
+
 def _sidecar_tls_arguments(flags: dict[str, Any]) -> list[str]:
     """`turnout up` with TLS to its sidecars: they serve --sidecar-ssl-cert and want it back
     from the gateway, signed by --sidecar-ssl-root-cert (mutual TLS under one root). So the
@@ -236,6 +277,7 @@ def cli() -> None:
     multiple=True,
     help="e.g. default-max-batch-size=4",
 )
+@_triton_options
 @_gateway_options
 def up(
     model_repositories: tuple[str, ...],
@@ -249,6 +291,10 @@ def up(
     """Serve a model repository: the gateway plus one sidecar per framework it needs."""
     from protos.logs import LogSettings
     from turnout.supervisor import Supervisor
+
+    _warn_triton_no_ops(flags)
+    if flags.pop("strict_model_config"):
+        disable_auto_complete_config = True
 
     arguments = _sidecar_arguments(
         model_repositories=model_repositories,

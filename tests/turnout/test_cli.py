@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tritonclient.http as httpclient
 
-from tests.harness import ROOT
+from tests.harness import ROOT, make_models, turnout_up, write_repository
 
 
 def turnout(*arguments: str) -> subprocess.CompletedProcess[str]:
@@ -83,3 +84,38 @@ def test_turnout_gateway_names_a_taken_port_and_its_flag_in_one_line(taken_port:
     assert done.returncode == 1
     line = _one_clean_line(done)
     assert line.startswith(f"turnout gateway: cannot serve {what} on 127.0.0.1:{taken_port} (--{flag}-port): "), line
+
+
+TRITON_LAUNCH = (
+    "--backend-directory=/opt/tritonserver/backends",
+    "--model-load-thread-count=4",
+    "--pinned-memory-pool-byte-size=268435456",
+    "--cuda-memory-pool-byte-size=0:67108864",
+    "--metrics-interval-ms=2000",
+    "--allow-gpu-metrics=false",
+    "--http-thread-count=8",
+    "--id=triton",
+    "--rate-limit=off",
+)
+
+
+def test_a_triton_launch_command_starts_turnout_up_with_one_warning_per_flag_it_ignores(tmp_path: Path) -> None:
+    repo = write_repository(tmp_path, ("simple",))
+    with turnout_up(repo, *TRITON_LAUNCH, "--strict-model-config=false") as server:
+        output = server.output()
+        with httpclient.InferenceServerClient(server.http) as client:
+            assert client.is_model_ready("simple")
+    for flag in TRITON_LAUNCH:
+        name = flag.split("=", 1)[0]
+        assert sum(line.startswith(f"turnout: ignoring {flag}: ") for line in output.splitlines()) == 1, name
+    assert "--backend-config" not in output
+
+
+@pytest.mark.parametrize(("strict", "ready"), [("true", False), ("false", True)])
+def test_strict_model_config_turns_auto_complete_off_as_in_triton(tmp_path: Path, strict: str, ready: bool) -> None:
+    make_models().write_identity(tmp_path, name="no_config", datatype="FP32", with_config=False)
+    with (
+        turnout_up(tmp_path, f"--strict-model-config={strict}", "--exit-on-error=false") as server,
+        httpclient.InferenceServerClient(server.http) as client,
+    ):
+        assert client.is_model_ready("no_config") is ready
