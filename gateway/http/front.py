@@ -80,7 +80,11 @@ _TRACE = "/v2/trace/setting"
 
 
 class _MethodNotAllowed(Exception):
-    pass
+    """Triton's 405 body; the methods the route takes go in the Allow header."""
+
+    def __init__(self, allowed: tuple[str, ...]) -> None:
+        super().__init__(", ".join(allowed))
+        self.allowed = allowed
 
 
 class _NotFound(Exception):
@@ -130,7 +134,7 @@ def _empty(status: int = 200) -> Response:
 
 def _need(request: Request, *methods: str) -> None:
     if request.method not in methods:
-        raise _MethodNotAllowed
+        raise _MethodNotAllowed(methods)
 
 
 def _declared_length(request: Request) -> int | None:
@@ -245,8 +249,8 @@ class HttpFront:
             return _error(exc.message, exc.http_status, headers)
         except _UnreadBody as exc:
             return _error(exc.error.message, exc.error.http_status, {"Connection": "close"})
-        except _MethodNotAllowed:
-            return _error("Method Not Allowed", 405)
+        except _MethodNotAllowed as exc:
+            return _error("Method Not Allowed", 405, {"Allow": ", ".join(exc.allowed)})
         except _Restricted as exc:
             return _error(exc.message, 403)
         except _NotFound:

@@ -383,6 +383,9 @@ def test_unknown_path_and_wrong_method(server: Server) -> None:
     assert (non_numeric.status_code, non_numeric.json()) == (404, {"error": "Not Found"})
     wrong = httpx.get(f"http://{server.http}/v2/models/simple/infer", timeout=30)
     assert (wrong.status_code, wrong.json()) == (405, {"error": "Method Not Allowed"})
+    assert wrong.headers["allow"] == "POST"  # the body is Triton's; the header says what to use
+    index = httpx.get(f"http://{server.http}/v2/repository/index", timeout=30)
+    assert (index.status_code, index.headers["allow"]) == (405, "POST")
     assert_http_serves(server.http)
 
 
