@@ -70,6 +70,10 @@ def fill_core_defaults(config: mc.ModelConfig, model: str, framework: str, gpu_c
     policy = config.version_policy
     if not config.HasField("version_policy") or (policy.HasField("latest") and policy.latest.num_versions == 0):
         policy.latest.num_versions = 1
+    batching = config.dynamic_batching
+    if config.HasField("dynamic_batching") and not batching.preferred_batch_size and config.max_batch_size > 0:
+        # Triton's core: without preferred sizes, max_batch_size is the one.
+        batching.preferred_batch_size.append(config.max_batch_size)
     fill_sequence_defaults(config)
     if framework == "ensemble":
         return  # Triton's core gives ensembles no optimization and no instance groups

@@ -182,6 +182,8 @@ def test_http_model_config_is_bare_json_with_defaults(server: Server) -> None:
     assert config.get("instance_group")
     assert batched["max_batch_size"] == 32
     assert batched["dynamic_batching"]["max_queue_delay_microseconds"] == 20000
+    # Without preferred sizes Triton's core makes max_batch_size the one, and shows it.
+    assert batched["dynamic_batching"]["preferred_batch_size"] == [32]
 
 
 def test_grpc_model_config_is_wrapped(server: Server) -> None:
