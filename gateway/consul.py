@@ -62,3 +62,48 @@ class ConsulClient:
 async def pause_after_failure(failures: int) -> None:
     """Back off between failed watch rounds: 0.2 s doubling up to 5 s."""
     await asyncio.sleep(min(5.0, 0.2 * 2 ** min(failures, 5)))
+
+
+class ConsulWatch:
+    """One blocking-query watch on a Consul path: each `next()` returns the next answer,
+    held by Consul until something changed since the last one (`index`). While the agent
+    is away it retries, backing off, and says so once on `log` (`what: <error>; <away>`);
+    `next()` tells the caller when the agent has just come back. Set `index` to 0 to ask
+    again without waiting for a change."""
+
+    def __init__(
+        self,
+        consul: ConsulClient,
+        path: str,
+        params: dict[str, str] | None = None,
+        *,
+        what: str,
+        away: str,
+        log: logging.Logger = logger,
+    ) -> None:
+        self.index = 0
+        self._consul = consul
+        self._path = path
+        self._params = params
+        self._what = what
+        self._away = away
+        self._log = log
+        self._failures = 0
+
+    async def next(self) -> tuple[Any, bool]:
+        """The next answer, and whether Consul answers again after failing."""
+        while True:
+            try:
+                answer, self.index = await self._consul.blocking_get(self._path, self.index, self._params)
+            except ConsulUnavailable as exc:
+                self._failures += 1
+                if self._failures == 1:
+                    self._log.warning("%s: %s; %s", self._what, exc, self._away)
+                self.index = 0
+                await pause_after_failure(self._failures)
+                continue
+            back = self._failures > 0
+            if back:
+                self._log.info("%s: consul answers again", self._what)
+            self._failures = 0
+            return answer, back

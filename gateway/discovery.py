@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from gateway.consul import ConsulClient, ConsulUnavailable, pause_after_failure
+from gateway.consul import ConsulClient, ConsulWatch
 from gateway.metrics import GatewayMetrics
 from gateway.registry import framework_of_load
 from gateway.routing.replicas import Balancer
@@ -168,31 +168,26 @@ class ConsulRegistry:
 
     async def watch(self) -> None:
         """Follow the service's health forever; Consul being away keeps the last snapshot."""
-        index = 0
-        failures = 0
         rejoin_until = 0.0
-        path = f"/v1/health/service/{self._service}"
+        rounds = ConsulWatch(
+            self._consul,
+            f"/v1/health/service/{self._service}",
+            what="discovery",
+            away="routing on the last known fleet",
+            log=logger,
+        )
         while True:
-            try:
-                entries, index = await self._consul.blocking_get(path, index)
-            except ConsulUnavailable as exc:
-                failures += 1
-                if failures == 1:
-                    logger.warning("discovery: %s; routing on the last known fleet", exc)
-                index = 0
-                await pause_after_failure(failures)
-                continue
-            if failures:
-                logger.info("discovery: consul answers again")
+            entries, back = await rounds.next()
+            if back:
                 rejoin_until = self._clock() + REJOIN_GRACE_SECS
-            failures = 0
             rejoining = self._clock() < rejoin_until
             self._apply(entries or [], keep_missing=rejoining)
             self._first.set()
-            if index == 0 or rejoining:
+            if rounds.index == 0 or rejoining:
                 # Poll while rejoining: a kept replica that never re-registers must go
                 # when the grace ends, even if nothing else changes.
-                index = 0 if rejoining else index
+                if rejoining:
+                    rounds.index = 0
                 await asyncio.sleep(0.5)
 
     def _apply(self, entries: list[Mapping[str, Any]], keep_missing: bool = False) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from gateway.consul import ConsulClient, ConsulUnavailable, pause_after_failure
+from gateway.consul import ConsulClient, ConsulWatch
 from gateway.routing.versions import ModelPolicy, PolicyError, parse_policies, parse_policy
 
 logger = logging.getLogger(__name__)
@@ -68,20 +68,16 @@ class PolicyStore:
 
 async def watch_kv(consul: ConsulClient, prefix: str, store: PolicyStore) -> None:
     """Keep `store` in step with the kv prefix, forever (blocking queries)."""
-    index = 0
-    failures = 0
-    path = f"/v1/kv/{prefix.lstrip('/')}"
+    rounds = ConsulWatch(
+        consul,
+        f"/v1/kv/{prefix.lstrip('/')}",
+        {"recurse": "true"},
+        what="routing policies",
+        away="keeping the current ones",
+        log=logger,
+    )
     while True:
-        try:
-            entries, index = await consul.blocking_get(path, index, {"recurse": "true"})
-        except ConsulUnavailable as exc:
-            failures += 1
-            if failures == 1:
-                logger.warning("routing policies: %s; keeping the current ones", exc)
-            index = 0
-            await pause_after_failure(failures)
-            continue
-        failures = 0
+        entries, _ = await rounds.next()
         store.apply_kv(prefix.lstrip("/"), entries)
-        if index == 0:
+        if rounds.index == 0:
             await asyncio.sleep(0.5)  # no index to block on: poll gently
