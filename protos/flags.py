@@ -37,3 +37,19 @@ def model_repositories(*, must_exist: bool) -> RepositoryCallback:
         return values
 
     return check
+
+
+def model_repository_option(envvar: str, *, must_exist: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--model-repository` (Triton's `--model-store` too), repeatable, as both commands
+    take it: the values land in `model_repositories`, checked by `model_repositories`."""
+    return click.option(
+        "--model-repository",
+        "--model-store",
+        "model_repositories",
+        envvar=envvar,
+        multiple=True,
+        required=True,
+        callback=model_repositories(must_exist=must_exist),
+        help="Triton model repository: a folder, s3://[host:port/]bucket/path or gs://bucket/path "
+        "(repeatable; a model name may appear in only one).",
+    )

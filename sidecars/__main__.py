@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from protos.flags import HELP_OPTIONS, TRITON_BOOL, model_repositories
+from protos.flags import HELP_OPTIONS, TRITON_BOOL, model_repository_option
 from sidecars.process import run
 from sidecars.runtime import RUNTIMES
 from sidecars.settings import ControlMode, SidecarSettings
@@ -29,15 +29,7 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     context_settings={"auto_envvar_prefix": "TURNOUT_SIDECAR", "show_default": True, "help_option_names": HELP_OPTIONS}
 )
 @click.option("--framework", required=True, type=click.Choice(sorted(RUNTIMES)))
-@click.option(
-    "--model-repository",
-    "model_repositories",
-    envvar="TURNOUT_SIDECAR_MODEL_REPOSITORY",
-    required=True,
-    multiple=True,
-    callback=model_repositories(must_exist=False),
-    help="a folder, s3://[host:port/]bucket/path or gs://bucket/path; repeatable; a model name may appear in only one",
-)
+@model_repository_option("TURNOUT_SIDECAR_MODEL_REPOSITORY", must_exist=False)
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", default=0, type=click.IntRange(0, 65535), help="0 binds a free port")
 @click.option("--model-control-mode", default="none", type=click.Choice([m.value for m in ControlMode]))

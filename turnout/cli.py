@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from gateway.settings import GatewaySettings, SidecarAddress
-from protos.flags import HELP_OPTIONS, TRITON_BOOL, model_repositories
+from protos.flags import HELP_OPTIONS, TRITON_BOOL, model_repository_option
 
 
 def _check_restrictions(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
@@ -250,16 +250,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option(
-    "--model-repository",
-    "--model-store",
-    "model_repositories",
-    envvar="TURNOUT_UP_MODEL_REPOSITORY",
-    multiple=True,
-    required=True,
-    callback=model_repositories(must_exist=True),
-    help="Triton model repository: a folder, s3://[host:port/]bucket/path or gs://bucket/path (repeatable).",
-)
+@model_repository_option("TURNOUT_UP_MODEL_REPOSITORY", must_exist=True)
 @click.option(
     "--load-model",
     "load_models",
