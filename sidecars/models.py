@@ -19,6 +19,7 @@ from sidecars.journal import LoadJournal, Replay
 from sidecars.repository import (
     Fingerprint,
     LocalizedFolder,
+    ModelFolder,
     Repository,
     UploadedModel,
     duplicate_failure,
@@ -109,9 +110,9 @@ class ModelManager:
         self.runtime = runtime
         self.repository = Repository(settings.model_repositories, settings.framework)
         self.models: dict[str, ModelEntry] = {}
-        # The model folders of the last repository scan: an unknown model found there is
-        # one a client has not loaded yet (explicit mode), which its error says.
-        self.listed: frozenset[str] = frozenset()
+        # The model folders of the last repository scan: the index lists them, and an
+        # unknown model found there is one a client has not loaded yet (explicit mode).
+        self._scanned: dict[str, ModelFolder] = {}
         self.exiting = False
         explicit = settings.model_control_mode is ControlMode.EXPLICIT
         self.journal = LoadJournal.beside(settings.lane_path if explicit else "")
@@ -124,7 +125,7 @@ class ModelManager:
         """The start-up loads of the control mode; returns the failures' texts."""
         scan = await asyncio.to_thread(self.repository.scan)
         folders = scan.folders
-        self.listed = frozenset(folders)
+        self._scanned = folders
         # Loading "all models" fails when a repository could not be read (as Triton).
         unread = list(scan.failures)
         replays: dict[str, Replay] = {}
@@ -156,7 +157,7 @@ class ModelManager:
     async def poll_once(self) -> None:
         scan = await asyncio.to_thread(self.repository.scan)
         folders = scan.folders
-        self.listed = frozenset(folders)
+        self._scanned = folders
         for failure in scan.failures:
             log.error("%s", failure)
         tasks = []
@@ -337,7 +338,7 @@ class ModelManager:
         entry = self.models.get(name)
         if entry is None or not entry.versions:
             hint = ""
-            if name in self.listed and self.settings.model_control_mode is ControlMode.EXPLICIT:
+            if name in self._scanned and self.settings.model_control_mode is ControlMode.EXPLICIT:
                 hint = (
                     f" (model '{name}' is in the repository but not loaded; "
                     f"load it with POST /v2/repository/models/{name}/load)"
@@ -391,8 +392,12 @@ class ModelManager:
 
     async def index(self, ready_only: bool) -> list[IndexEntry]:
         """One entry per (model, version); models never loaded as their name alone."""
-        folders = (await asyncio.to_thread(self.repository.scan)).folders
-        self.listed = frozenset(folders)
+        self._scanned = (await asyncio.to_thread(self.repository.scan)).folders
+        return self.entries(ready_only)
+
+    def entries(self, ready_only: bool) -> list[IndexEntry]:
+        """The index as of the last repository scan (start, poll or `index`)."""
+        folders = self._scanned
         names = set(folders) | set(self.models)
         entries: list[IndexEntry] = []
         for name in sorted(names):

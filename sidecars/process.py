@@ -116,7 +116,7 @@ async def serve(settings: SidecarSettings) -> int:
     await server.start()
 
     failures = await manager.start()
-    log.info("\n%s", model_table(await manager.index(ready_only=False)))  # Triton logs the same table
+    log.info("\n%s", model_table(manager.entries(ready_only=False)))  # Triton logs the same table
     for failure in failures:
         log.error("%s", failure)
     if failures and settings.exit_on_error:
