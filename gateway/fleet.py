@@ -37,12 +37,14 @@ def combine_indexes(
     """`answers`: (framework, index entries) per replica. One entry per framework, model
     and version: READY only when every replica that lists it has it READY, else the first
     other state, its reason prefixed with how many replicas are READY. Sidecars of
-    different frameworks are not replicas: a name both list shows twice, as before."""
+    different frameworks are not replicas: a name both list shows twice, as before,
+    except entries without a version (a folder not loaded or refused before its
+    versions), which every sidecar that reports unassigned folders lists alike."""
     order: list[tuple[str, str, str]] = []
     seen: dict[tuple[str, str, str], list[Any]] = {}
     for framework, models in answers:
         for entry in models:
-            key = (framework, entry.name, entry.version)
+            key = (framework if entry.version else "", entry.name, entry.version)
             if key not in seen:
                 order.append(key)
                 seen[key] = []

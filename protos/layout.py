@@ -42,6 +42,15 @@ def framework_of_name(platform_or_backend: str) -> str | None:
     return FRAMEWORK_OF.get(platform_or_backend)
 
 
+# What turnout serves, for the refusal of a backend it has no sidecar for.
+SERVED = "the onnxruntime, pytorch and tensorrt backends, and ensembles"
+
+
+def framework_of_fields(backend: str, platform: str) -> str | None:
+    """The framework of a configuration whose backend fields Triton's core completed."""
+    return framework_of_name(backend) if backend else framework_of_name(platform)
+
+
 def framework_of_file(filename: str) -> str | None:
     return _SUFFIX_FRAMEWORK.get(Path(filename).suffix)
 

@@ -66,6 +66,18 @@ def status_from_grpc(code: grpc.StatusCode) -> Status:
     return _FROM_GRPC.get(code, Status.UNKNOWN)
 
 
+_CODE_STRING = {
+    Status.UNKNOWN: "Unknown",
+    Status.INTERNAL: "Internal",
+    Status.NOT_FOUND: "Not found",
+    Status.INVALID_ARG: "Invalid argument",
+    Status.UNAVAILABLE: "Unavailable",
+    Status.UNSUPPORTED: "Unsupported",
+    Status.ALREADY_EXISTS: "Already exists",
+    Status.CANCELLED: "Cancelled",
+}
+
+
 class TurnoutError(Exception):
     """An error with a Triton status and Triton's message text."""
 
@@ -76,6 +88,10 @@ class TurnoutError(Exception):
 
     def __repr__(self) -> str:
         return f"TurnoutError({self.status.name}, {self.message!r})"
+
+    def as_string(self) -> str:
+        """Triton's Status::AsString, as its version states give a load failure's reason."""
+        return f"{_CODE_STRING[self.status]}: {self.message}"
 
     @property
     def http_status(self) -> int:

@@ -44,6 +44,12 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--exit-on-error", default=True, **TRITON_BOOL)
 @click.option("--strict-readiness", default=True, **TRITON_BOOL)
 @click.option("--disable-auto-complete-config", is_flag=True, default=False)
+@click.option(
+    "--report-unassigned-models",
+    default=True,
+    help="list model folders no turnout framework serves, as UNAVAILABLE with the reason",
+    **TRITON_BOOL,
+)
 @click.option("--backend-config", multiple=True, help="<setting>=<value>, e.g. default-max-batch-size=4")
 @click.option("--exit-timeout-secs", default=30.0, type=click.FloatRange(min=0))
 @click.option("--log-verbose", default=0, type=click.IntRange(min=0))
@@ -84,6 +90,7 @@ def main(
     exit_on_error: bool,
     strict_readiness: bool,
     disable_auto_complete_config: bool,
+    report_unassigned_models: bool,
     backend_config: tuple[str, ...],
     exit_timeout_secs: float,
     log_verbose: int,
@@ -133,6 +140,7 @@ def main(
         exit_on_error=exit_on_error,
         strict_readiness=strict_readiness,
         auto_complete_config=not disable_auto_complete_config,
+        report_unassigned=report_unassigned_models,
         default_max_batch_size=default_max_batch_size,
         backend_config=options,
         exit_timeout_secs=exit_timeout_secs,

@@ -10,11 +10,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from protos import layout
 from protos import model_config_pb2 as mc
 from protos.statistics import VersionStatistics
-from protos.status import TurnoutError, internal, invalid_arg, not_found, unavailable
+from protos.status import TurnoutError, invalid_arg, not_found, unavailable
 from sidecars.batcher import DynamicBatcher
-from sidecars.config import check, fill_core_defaults, load_failure, read_config
+from sidecars.config import load_failure, normalize, poll_config, poll_failure
+from sidecars.config_rules import (
+    normalize_instance_groups,
+    validate_instance_groups,
+    validate_io_config,
+    validate_model_config,
+)
 from sidecars.journal import LoadJournal, Replay
 from sidecars.repository import (
     Fingerprint,
@@ -92,6 +99,10 @@ class ModelEntry:
     uploaded: UploadedModel | None = None
     localized: LocalizedFolder | None = None  # the repository folder it was loaded from
     fingerprint: Fingerprint = ()
+    # Why its last load failed before any version was tried ("" when none did). As in
+    # Triton, a refused configuration leaves readiness alone; no version to load does not.
+    failure: str = ""
+    config_failed: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,7 +119,7 @@ class ModelManager:
     def __init__(self, settings: SidecarSettings, runtime: Runtime) -> None:
         self.settings = settings
         self.runtime = runtime
-        self.repository = Repository(settings.model_repositories, settings.framework)
+        self.repository = Repository(settings.model_repositories, settings.framework, settings.report_unassigned)
         self.models: dict[str, ModelEntry] = {}
         # The model folders of the last repository scan: the index lists them, and an
         # unknown model found there is one a client has not loaded yet (explicit mode).
@@ -128,6 +139,8 @@ class ModelManager:
         self._scanned = folders
         # Loading "all models" fails when a repository could not be read (as Triton).
         unread = list(scan.failures)
+        for failure in unread:
+            log.error("%s", failure)
         replays: dict[str, Replay] = {}
         if self.settings.model_control_mode is ControlMode.EXPLICIT:
             wanted = set(self.settings.load_models)
@@ -169,9 +182,8 @@ class ModelManager:
             # A repository that could not be read this time (a network blip) unloads nothing.
             if name not in folders and entry.uploaded is None and not scan.failures:
                 tasks.append(self._forget(name))
-        for result in await asyncio.gather(*tasks, return_exceptions=True):
-            if isinstance(result, BaseException):
-                log.warning("poll: %s", result)
+        # A failed load has logged its reason; the others keep being polled.
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _forget(self, name: str) -> None:
         await self.unload(name)
@@ -187,7 +199,14 @@ class ModelManager:
         self, name: str, override: mc.ModelConfig | None = None, files: dict[str, bytes] | None = None
     ) -> None:
         """Load or reload a model. New versions replace old ones only once all are ready,
-        so requests keep being served during a reload."""
+        so requests keep being served during a reload. A failure is logged, naming the model."""
+        try:
+            await self._load(name, override, files)
+        except TurnoutError as exc:
+            log.error("%s", exc.message)
+            raise
+
+    async def _load(self, name: str, override: mc.ModelConfig | None, files: dict[str, bytes] | None) -> None:
         uploaded = None
         localized = None
         if files:
@@ -209,6 +228,7 @@ class ModelManager:
             try:
                 await self._load_versions(entry, folder, override)
             except BaseException:
+                entry.fingerprint = fingerprint  # a poll tries it again only once its files change
                 if uploaded is not None:
                     uploaded.remove()
                 if localized is not None:
@@ -226,12 +246,21 @@ class ModelManager:
             await asyncio.to_thread(self.journal.loaded, name, override, files if uploaded is not None else None)
 
     async def _load_versions(self, entry: ModelEntry, folder: Path, override: mc.ModelConfig | None) -> None:
+        """Triton's order: the configuration on its own, then the versions, then each
+        version's files and the framework's own checks; the failures in its words."""
         name = entry.name
-        base = await asyncio.to_thread(self._base_config, name, folder, override)
+        auto_complete = self.settings.auto_complete_config
+        try:
+            base = await asyncio.to_thread(poll_config, folder, name, override, auto_complete)
+        except TurnoutError as exc:
+            entry.failure, entry.config_failed = exc.message, True
+            raise poll_failure(name, exc.message) from None
         versions = select_versions(version_numbers(folder), base.version_policy)
         if not versions:
             reason = f"at least one version must be available under the version policy of model '{name}'"
-            raise load_failure(name, reason)
+            entry.failure, entry.config_failed = reason, False
+            raise invalid_arg(f"load failed for model '{name}': {reason}")
+        entry.failure, entry.config_failed = "", False
         for version in versions:
             slot = entry.versions.get(version)
             if slot is None or slot.state is not State.READY:
@@ -243,7 +272,7 @@ class ModelManager:
         loaded: dict[int, LoadedVersion] = {}
         for version, result in zip(versions, results, strict=True):
             if isinstance(result, BaseException):
-                reason = result.message if isinstance(result, TurnoutError) else str(result)
+                reason = result.as_string() if isinstance(result, TurnoutError) else f"Internal: {result}"
                 failures.append((version, reason))
             else:
                 config, instances, tensors, load_secs = result
@@ -258,8 +287,8 @@ class ModelManager:
             for version in loaded:
                 if entry.versions[version].state is State.LOADING:
                     entry.versions[version] = VersionSlot(State.UNAVAILABLE, UNLOADED)
-            detail = "; ".join(f"version {v} is at UNAVAILABLE state: {r}" for v, r in failures)
-            raise internal(f"load failed for model '{name}': {detail};")
+            detail = "".join(f"version {v} is at UNAVAILABLE state: {r};" for v, r in failures)
+            raise invalid_arg(f"load failed for model '{name}': {detail}")
         retired = [slot.loaded for slot in entry.versions.values() if slot.loaded is not None]
         for version in list(entry.versions):
             if version not in loaded:
@@ -267,17 +296,6 @@ class ModelManager:
         for version, version_loaded in loaded.items():
             entry.versions[version] = VersionSlot(State.READY, loaded=version_loaded)
         await asyncio.gather(*(old.close() for old in retired))
-
-    def _base_config(self, name: str, folder: Path, override: mc.ModelConfig | None) -> mc.ModelConfig:
-        config = mc.ModelConfig()
-        if override is not None:
-            config.CopyFrom(override)
-        else:
-            found = read_config(folder, name)
-            if found is not None:
-                config = found
-        fill_core_defaults(config, name, self.settings.framework, self.runtime.gpu_count())
-        return config
 
     async def _open_version(
         self, base: mc.ModelConfig, version_dir: Path
@@ -296,17 +314,36 @@ class ModelManager:
     def _prepare(
         self, base: mc.ModelConfig, version_dir: Path
     ) -> tuple[mc.ModelConfig, list[ModelInstance], SequenceTensors | None]:
-        """Blocking: complete the config from this version's file, build its sequence
-        tensors (with `sequence_batching`) and open its instances."""
+        """Blocking: this version's instance groups, the framework's completion of the
+        config from the model file, the whole config checked again (Triton's Model::Init),
+        its sequence tensors (with `sequence_batching`), then its instances."""
         config = mc.ModelConfig()
         config.CopyFrom(base)
+        self._check_backend(config)
+        gpus = list(range(self.runtime.gpu_count()))
+        normalize_instance_groups(config, gpus)
+        validate_instance_groups(config, gpus)
         if self.settings.auto_complete_config:
             self.runtime.auto_complete(config, version_dir, self.settings.default_max_batch_size)
-        check(config)
+            normalize(config)
+        validate_model_config(config)
+        validate_io_config(config)
         # The initial_state files are read here, so a missing or short one fails the load
         # rather than a sequence's first request.
         tensors = SequenceTensors(config, version_dir.parent) if config.HasField("sequence_batching") else None
         return config, self.runtime.load(config, version_dir), tensors
+
+    def _check_backend(self, config: mc.ModelConfig) -> None:
+        """A backend turnout has no sidecar for fails each version, as a backend library
+        Triton cannot find does."""
+        framework = layout.framework_of_fields(config.backend, config.platform)
+        if framework == self.settings.framework:
+            return
+        if framework is None:
+            raise invalid_arg(
+                f"unable to find backend library for backend '{config.backend}': turnout serves {layout.SERVED}"
+            )
+        raise invalid_arg(f"backend '{config.backend}' is served by the {framework} sidecar, not by this one")
 
     async def unload(self, name: str) -> None:
         """Stop routing to a model, let its queued and running requests finish, release it."""
@@ -371,11 +408,13 @@ class ModelManager:
             return False
         if not self.settings.strict_readiness:
             return True
-        return all(
-            slot.state is State.READY or (slot.state is State.UNAVAILABLE and slot.reason == UNLOADED)
-            for entry in self.models.values()
-            for slot in entry.versions.values()
-        )
+        for entry in self.models.values():
+            if entry.failure and not entry.config_failed and not entry.versions:
+                return False  # Triton's model with a state but no version
+            for slot in entry.versions.values():
+                if slot.state is not State.READY and not (slot.state is State.UNAVAILABLE and slot.reason == UNLOADED):
+                    return False
+        return True
 
     def ready_versions(self, name: str) -> list[LoadedVersion]:
         entry = self.models.get(name)
@@ -409,7 +448,10 @@ class ModelManager:
             entry = self.models.get(name)
             if entry is None or not entry.versions:
                 if not ready_only:
-                    entries.append(IndexEntry(name))
+                    failure = entry.failure if entry is not None else ""
+                    entries.append(
+                        IndexEntry(name, "", State.UNAVAILABLE.value, failure) if failure else IndexEntry(name)
+                    )
                 continue
             for version, slot in sorted(entry.versions.items()):
                 if ready_only and slot.state is not State.READY:

@@ -117,8 +117,6 @@ async def serve(settings: SidecarSettings) -> int:
 
     failures = await manager.start()
     log.info("\n%s", model_table(manager.entries(ready_only=False)))  # Triton logs the same table
-    for failure in failures:
-        log.error("%s", failure)
     if failures and settings.exit_on_error:
         log.error("exiting: %d model(s) failed to load and --exit-on-error is set", len(failures))
         manager.exiting = True

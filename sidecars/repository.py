@@ -54,15 +54,17 @@ class LocalizedFolder:
 
 
 class Repository:
-    """Reads one or more repositories; only models of `framework` are ever listed."""
+    """Reads one or more repositories: the model folders of `framework`, and with
+    `unassigned` those no framework claims (a backend turnout lacks, no model file)."""
 
-    def __init__(self, roots: Sequence[str], framework: str) -> None:
+    def __init__(self, roots: Sequence[str], framework: str, unassigned: bool = False) -> None:
         self.roots = tuple(root if is_remote(root) else str(Path(root)) for root in roots)
         self.framework = framework
+        self.unassigned = unassigned
         self._remotes = {root: RemoteRepository(parse_location(root)) for root in self.roots if is_remote(root)}
 
     def scan(self) -> RepositoryScan:
-        """Every model folder of this framework, by name. Anything else is ignored; a
+        """Every model folder of this framework (and the unassigned ones), by name. A
         repository that cannot be read is reported, and the others still scanned."""
         found: dict[str, ModelFolder] = {}
         failures = []
@@ -77,8 +79,9 @@ class Repository:
         return RepositoryScan(found, tuple(failures))
 
     def find(self, name: str) -> ModelFolder | None:
-        """The model's folder, or None; raises Triton's load failure, with the reason, when
-        it is in no repository that could be read and some repository could not be."""
+        """The model's folder (this framework's or an unassigned one), or None; raises
+        Triton's load failure, with the reason, when it is in no repository that could be
+        read and some repository could not be."""
         if not name or "/" in name or name in (".", ".."):
             return None
         found: ModelFolder | None = None
@@ -86,7 +89,9 @@ class Repository:
         for root in self.roots:
             remote = self._remotes.get(root)
             try:
-                folder = self._remote_folder(root, remote.model(name)) if remote else self._folder(root, name)
+                folder = (
+                    self._remote_folder(root, remote.model(name), True) if remote else self._folder(root, name, True)
+                )
             except RemoteError as exc:
                 failures.append(f"failed to poll model repository '{root}' for model '{name}': {exc}")
                 continue
@@ -123,19 +128,24 @@ class Repository:
         models = self._remotes[root].scan().values()
         return [f for model in models if (f := self._remote_folder(root, model)) is not None]
 
-    def _folder(self, root: str, name: str) -> ModelFolder | None:
+    def _folder(self, root: str, name: str, unassigned: bool | None = None) -> ModelFolder | None:
         path = Path(root) / name
         try:
-            if not path.is_dir() or layout.framework_of_model(path) != self.framework:
+            if not path.is_dir() or not self._ours(layout.framework_of_model(path), unassigned):
                 return None
             return ModelFolder(name, root, _fingerprint(path))
         except OSError:
             return None  # a folder removed or unreadable mid-scan is not a model
 
-    def _remote_folder(self, root: str, model: RemoteModel | None) -> ModelFolder | None:
-        if model is None or model.framework != self.framework:
+    def _remote_folder(
+        self, root: str, model: RemoteModel | None, unassigned: bool | None = None
+    ) -> ModelFolder | None:
+        if model is None or not self._ours(model.framework, unassigned):
             return None
         return ModelFolder(model.name, root, tuple((f.key, f.mark, f.size) for f in model.files))
+
+    def _ours(self, framework: str | None, unassigned: bool | None) -> bool:
+        return framework == self.framework or (framework is None and (unassigned or self.unassigned))
 
 
 def _merge(first: ModelFolder | None, another: ModelFolder) -> ModelFolder:

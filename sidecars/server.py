@@ -20,7 +20,7 @@ from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_
 from protos.rpc import METHODS, abort_call
 from protos.status import TurnoutError, invalid_arg, not_found, unavailable, unsupported
 from sidecars.batcher import BackendFailure
-from sidecars.config import parse_override
+from sidecars.config import parse_override, poll_failure
 from sidecars.models import LoadedVersion, ModelManager
 from sidecars.responses import build_response
 from sidecars.settings import ControlMode
@@ -256,7 +256,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         files: dict[str, bytes] = {}
         for key, parameter in request.parameters.items():
             if key == "config":
-                override = parse_override(parameter.string_param, request.model_name)
+                try:
+                    override = parse_override(parameter.string_param)
+                except TurnoutError as exc:  # as Triton: its repository poll refuses it
+                    log.error("Poll failed for model directory '%s': %s", request.model_name, exc.message)
+                    raise poll_failure(request.model_name, exc.message) from None
             elif key.startswith("file:"):
                 files[key.removeprefix("file:")] = parameter.bytes_param
             else:

@@ -26,6 +26,9 @@ class SidecarSettings:
     exit_on_error: bool = True
     strict_readiness: bool = True
     auto_complete_config: bool = True
+    # List and load (so refuse, with the reason) model folders no turnout framework
+    # claims: `python` or unknown backends, no model file. `turnout up` asks one sidecar.
+    report_unassigned: bool = True
     default_max_batch_size: int = 4
     backend_config: tuple[tuple[str, str], ...] = ()
     exit_timeout_secs: float = 30.0

@@ -79,6 +79,9 @@ def startup_loads(
             continue
         seen.add(name)
         model = models.get(name)
+        if model is not None and model.framework is None:
+            loads[frameworks[0]].append(name)  # the sidecar that reports unassigned folders
+            continue
         if model is None or model.framework not in loads:
             for wanted in loads.values():
                 wanted.append(name)

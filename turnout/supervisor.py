@@ -117,6 +117,8 @@ class Supervisor:
             "--host=127.0.0.1",
             *self._arguments,
             *(f"--load-model={name}" for name in self._loads.get(child.framework, ())),
+            # One sidecar lists the folders no framework serves, so each is refused once.
+            f"--report-unassigned-models={'true' if child is self._children[0] else 'false'}",
             f"--lane-path={os.path.join(child.lane_folder, 'lane.sock')}",
             *placement,  # after the shared flags: click keeps an option's last value
         ]

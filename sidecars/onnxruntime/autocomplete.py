@@ -72,6 +72,7 @@ def _add(tensor: mc.ModelInput | mc.ModelOutput, arg: Any, batched: bool) -> Non
     if not dims:
         # Triton keeps dims non-empty: a scalar is [1], reshaped back to [] for the model.
         tensor.dims.append(1)
-        tensor.reshape.SetInParent()
+        if batched:
+            tensor.reshape.SetInParent()
     else:
         tensor.dims.extend(dims)

@@ -122,8 +122,9 @@ def test_config_override(explicit_server: Server, protocol: str) -> None:
         client = grpcclient.InferenceServerClient(explicit_server.grpc)
     with client:
         error = error_of(client.load_model, "simple", config='"parameters": {"config": {{"max_batch_size": "16"}}}')
-        assert "failed to load" in error.message()
-        assert error.message().startswith("failed to load 'simple'")
+        assert error.message().startswith(
+            "failed to load 'simple', failed to poll from model repository: Invalid config override: "
+        )
         assert error.status() == ("500" if protocol == "http" else "StatusCode.INTERNAL")
         client.load_model("simple", config='{"max_batch_size":"16"}')
         config = client.get_model_config("simple")

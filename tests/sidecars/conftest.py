@@ -66,7 +66,7 @@ def build_main_repository(repo: Path) -> Path:
     models.write_simple(
         repo,
         name="simple_priority",
-        extra_config="dynamic_batching { priority_levels: 2 default_priority_level: 2 preserve_ordering: true }",
+        extra_config="dynamic_batching { priority_levels: 2 default_priority_level: 2 }",
     )
     models.write_identity(repo, name="auto_identity", datatype="FP32", with_config=False)
     models.write_identity(repo, name="auto_partial", datatype="FP32", with_config=False)

@@ -88,7 +88,7 @@ def test_kind_gpu_model_loads_and_serves_on_cpu_with_a_warning(gpu_sidecar: Side
         for line in gpu_sidecar.output().splitlines()
         if line.startswith("W") and " sidecars.onnxruntime.runtime:" in line
     )
-    warning = f"model '{model}' instance '{model}_0' (cuda:0): "
+    warning = f"model '{model}' instance '{model}_0_0' (cuda:0): "
     assert f"{warning}{CUDA} is not available in this onnxruntime build" in warnings
     assert f"{warning}running on CPU instead" in warnings
     # The config still says what was asked for.

@@ -184,7 +184,7 @@ def test_kind_auto_resolves_to_cpu_without_a_gpu(torch_sidecar: Sidecar) -> None
     ("model", "reason"),
     [
         ("bad_input_count", "unable to load model 'bad_input_count', configuration expects 3 inputs, model provides 2"),
-        ("bad_gpu", "instance group bad_gpu of model bad_gpu has kind KIND_GPU but no GPUs are available"),
+        ("bad_gpu", "instance group bad_gpu_0 of model bad_gpu has kind KIND_GPU but no GPUs are available"),
         ("bad_threads", "failed to parse parameter 'INTRA_OP_THREAD_COUNT' of model 'bad_threads'"),
         ("bad_warmup", "failed to warm up model 'bad_warmup' with sample 'from_file': 'ones' holds 10 bytes"),
     ],

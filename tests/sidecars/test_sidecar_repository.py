@@ -76,7 +76,9 @@ def test_load_unknown_model_fails(client: grpcclient.InferenceServerClient) -> N
 
 
 def test_invalid_config_override_fails(client: grpcclient.InferenceServerClient) -> None:
-    with pytest.raises(InferenceServerException, match="failed to load"):
+    with pytest.raises(
+        InferenceServerException, match="failed to poll from model repository: Invalid config override: "
+    ):
         client.load_model("reloadable", config='{"max_batch_size": "not json')
 
 

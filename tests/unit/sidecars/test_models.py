@@ -180,7 +180,7 @@ def spoil(version_dir: Path) -> None:
     (version_dir / "model.onnx").write_bytes(b"not an onnx model")
 
 
-NO_DIMS_REASON = "failed to load 'no_dims', model input 'INPUT0' must specify 'dims'"
+NO_DIMS_REASON = "Invalid argument: model input 'INPUT0' must specify 'dims' for no_dims"
 
 
 # -- start-up loads per control mode ---------------------------------------------------------
@@ -287,7 +287,7 @@ async def test_a_version_whose_model_file_onnx_runtime_cannot_read_is_listed_wit
 
     [(version, state, reason)] = await entries(manager, "simple")
     assert (version, state) == ("1", "UNAVAILABLE")
-    assert reason.startswith("onnx runtime error: ")
+    assert reason.startswith("Internal: onnx runtime error: ")
     assert failure == f"load failed for model 'simple': version 1 is at UNAVAILABLE state: {reason};"
 
 
@@ -303,14 +303,14 @@ async def test_one_version_failing_to_load_unloads_the_versions_loaded_with_it(
     [one, two] = await entries(manager, "linear")
     assert one == ("1", "UNAVAILABLE", "unloaded")
     assert two[:2] == ("2", "UNAVAILABLE")
-    assert two[2].startswith("onnx runtime error: ")
+    assert two[2].startswith("Internal: onnx runtime error: ")
     assert manager.ready_versions("linear") == []
 
 
 async def test_a_model_whose_config_cannot_be_parsed_is_still_listed_and_start_reports_why(
     repository: Path, managers: ManagerFactory
 ) -> None:
-    # As Triton's index: a folder whose config fails to parse is listed by name, with no versions.
+    # Where Triton's index names such a folder alone, turnout's says why it is not served.
     broken = make_models.write_simple(repository, name="broken")
     (broken / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nthis is not a model config\n')
     make_models.write_simple(repository)
@@ -318,8 +318,10 @@ async def test_a_model_whose_config_cannot_be_parsed_is_still_listed_and_start_r
 
     [failure] = await manager.start()
 
-    assert failure.startswith("failed to load 'broken', failed to parse model config: ")
-    assert IndexEntry("broken") in await manager.index(ready_only=False)
+    prefix = "failed to load 'broken', failed to poll from model repository: "
+    assert failure.startswith(prefix + "failed to read text proto from ")
+    [listed] = [e for e in await manager.index(ready_only=False) if e.name == "broken"]
+    assert (listed.version, listed.state, listed.reason) == ("", "UNAVAILABLE", failure.removeprefix(prefix))
     assert manager.model_names() == ["simple"]
     with pytest.raises(TurnoutError) as raised:
         manager.resolve("broken", "")
@@ -498,7 +500,7 @@ async def test_a_reload_with_a_config_override_replaces_the_repository_config(
     assert before.config.max_batch_size == 8
     assert before.config.parameters["origin"].string_value == "config.pbtxt"
 
-    await manager.load("simple", parse_override('{"max_batch_size": "16"}', "simple"))
+    await manager.load("simple", parse_override('{"max_batch_size": "16"}'))
 
     after = manager.resolve("simple", "")
     assert after is not before
@@ -515,7 +517,7 @@ async def test_a_reload_with_a_version_policy_override_serves_only_the_versions_
     manager = managers(repository, "explicit", load_models=("linear",))
     await manager.start()
 
-    await manager.load("linear", parse_override(make_models.linear_override([1], warm=False), "linear"))
+    await manager.load("linear", parse_override(make_models.linear_override([1], warm=False)))
 
     assert await entries(manager, "linear") == [("1", "READY", ""), ("2", "UNAVAILABLE", "unloaded")]
     assert manager.resolve("linear", "").version == 1
@@ -550,11 +552,12 @@ async def test_a_config_override_naming_another_model_is_refused_and_the_model_k
     serving = manager.resolve("simple", "1")
 
     with pytest.raises(TurnoutError) as raised:
-        await manager.load("simple", parse_override('{"name": "other"}', "simple"))
+        await manager.load("simple", parse_override('{"name": "other"}'))
 
     assert (raised.value.status, raised.value.message) == (
-        Status.INVALID_ARG,
-        "failed to load 'simple', unexpected 'name' in model configuration: 'other', expected 'simple'",
+        Status.INTERNAL,  # Triton's status for a model its repository poll refused
+        "failed to load 'simple', failed to poll from model repository: unexpected directory name 'simple' for "
+        "model 'other', directory name must equal model name",
     )
     assert manager.resolve("simple", "1") is serving
 
@@ -598,11 +601,6 @@ async def test_a_version_policy_that_selects_no_version_fails_the_load(
     assert manager.model_names() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton's strict readiness fails on a model with a state but no version "
-    "(InferenceServer::IsReady); ModelManager.is_ready skips a ModelEntry with no versions",
-)
 async def test_a_model_with_no_version_under_its_policy_makes_the_sidecar_not_ready(
     repository: Path, managers: ManagerFactory
 ) -> None:
