@@ -232,6 +232,12 @@ async def serve(
             if not await discovery.wait_first(FIRST_DISCOVERY_SECS):
                 logger.warning("consul at %s has not answered yet; serving, and watching on", settings.consul)
         await models.refresh()
+        refused = await gateway.refused_ensembles()
+        for name, reason in sorted(refused.items()):
+            logger.error("ensemble '%s' cannot be served: %s", name, reason)
+        if refused and settings.exit_on_error:
+            logger.error("exiting: %d ensemble(s) failed to load and --exit-on-error is set", len(refused))
+            return 1
         addresses: dict[str, str] = {}
 
         if settings.allow_http:

@@ -114,6 +114,8 @@ class Gateway:
             if exc.status in (Status.NOT_FOUND, Status.UNAVAILABLE):
                 return False
             raise
+        if response.ready and self.ensembles.runs(request.name):
+            return not await self.ensembles.refusal(request.name, request.version)
         return bool(response.ready)
 
     def server_metadata(self) -> pb.ServerMetadataResponse:
@@ -252,7 +254,33 @@ class Gateway:
 
         models = combine_indexes(await self._all(listing))
         models.sort(key=lambda m: m.name)  # stable: each model's versions keep their order
+        for entry in models:
+            if entry.state == "READY" and self.ensembles.runs(entry.name):
+                reason = await self.ensembles.refusal(entry.name, entry.version)
+                if reason:
+                    entry.state, entry.reason = "UNAVAILABLE", reason
+        if request.ready:
+            models = [entry for entry in models if entry.state == "READY"]
         return pb.RepositoryIndexResponse(models=models)
+
+    async def refused_ensembles(self) -> dict[str, str]:
+        """The ensembles their sidecar loaded whose steps cannot run, with the reason; the
+        start fails on them under --exit-on-error, as Triton's does."""
+
+        async def ready(client: SidecarClient) -> Any:
+            answer = await client.call(
+                "RepositoryIndex", pb.RepositoryIndexRequest(ready=True), pb.RepositoryIndexResponse
+            )
+            return answer.models
+
+        refused = {}
+        for models in await self._all(ready):
+            for entry in models:
+                if self.ensembles.runs(entry.name):
+                    reason = await self.ensembles.refusal(entry.name, entry.version)
+                    if reason:
+                        refused[entry.name] = reason
+        return refused
 
     async def load_model(self, request: pb.RepositoryModelLoadRequest) -> None:
         self._check_repository_request(request.repository_name)
@@ -271,6 +299,7 @@ class Gateway:
         finally:
             await self._registry.refresh()
             self.ensembles.forget_plans()
+            self.ensembles.loaded_again(request.model_name)
             self._dispatcher.models_changed()
         if client.framework == ENSEMBLE_FRAMEWORK:
             await self._load_composing_models(request.model_name)
@@ -309,6 +338,7 @@ class Gateway:
         finally:
             await self._registry.refresh()
             self.ensembles.forget_plans()
+            self.ensembles.loaded_again(request.model_name)
             self._dispatcher.models_changed()
 
     def _check_repository_request(self, repository_name: str) -> None:

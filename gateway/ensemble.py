@@ -13,13 +13,14 @@ import time
 from dataclasses import dataclass
 
 from gateway.context import RequestContext
-from gateway.ensemble_plan import Plan, Step, build_plan, check_step_configs
+from gateway.ensemble_plan import Plan, Step, build_plan
 from gateway.registry import ModelRegistry
 from gateway.routing.dispatch import Dispatcher
 from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc
 from protos.datatypes import from_name
+from protos.ensemble_steps import check_step_configs
 from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import TurnoutError, invalid_arg, not_found, unsupported
 
@@ -49,6 +50,9 @@ class Ensembles:
         # Triton's counters for an ensemble: a request is one execution whose compute time is the
         # span of its steps (their own queue and compute times are in their models' statistics).
         self._statistics: dict[tuple[str, str], VersionStatistics] = {}
+        # Ensemble versions whose steps passed the load checks: as in Triton, one stays
+        # accepted until it is loaded again, whatever later happens to its step models.
+        self._accepted: set[tuple[str, str]] = set()
 
     def runs(self, model: str) -> bool:
         """Whether `model` is an ensemble (one dictionary lookup: this is on every request's path)."""
@@ -95,8 +99,28 @@ class Ensembles:
     async def check(self, model: str) -> None:
         """Build the newest version's plan now, so step maps that contradict their models
         fail the ensemble's load, as in Triton, rather than its first request."""
+        self.loaded_again(model)
         self._plans.pop((model, self._newest_version(model)), None)
         await self._plan(model, "")
+
+    async def refusal(self, model: str, version: str = "") -> str:
+        """Why a loaded ensemble version is refused ("" when it is not), as Triton refuses
+        such an ensemble at load: a step model missing or not loaded, or step maps that
+        contradict the step models as loaded. A refusal is checked again on every call
+        (a fleet's step sidecars may join later); an acceptance holds until a reload."""
+        key = (model, version or self._newest_version(model))
+        if key in self._accepted:
+            return ""
+        try:
+            await self._plan(model, version)
+        except TurnoutError as exc:
+            return exc.message
+        self._accepted.add(key)
+        return ""
+
+    def loaded_again(self, model: str) -> None:
+        """`model` was loaded or unloaded: its versions are checked afresh."""
+        self._accepted = {key for key in self._accepted if key[0] != model}
 
     def fill_statistics(self, response: pb.ModelStatisticsResponse) -> None:
         """Put the gateway's counters into the entries of ensembles in a sidecars' answer."""

@@ -26,6 +26,8 @@ class GatewaySettings:
     allow_metrics: bool = True
     model_control_mode: str = "none"  # none | explicit | poll
     strict_readiness: bool = True
+    # Fail the start when a loaded ensemble's steps cannot run (turnout up's --exit-on-error).
+    exit_on_error: bool = False
     allow_client_shm: bool = False
     exit_timeout_secs: float = 30.0
     http_max_input_size: int = 64 * 2**20

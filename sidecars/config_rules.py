@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from protos import model_config_pb2 as mc
-from protos.status import internal, invalid_arg
+from protos.status import internal, invalid_arg, unsupported
 from sidecars.ensemble.validation import ENSEMBLE_PLATFORM, validate_ensemble
 from sidecars.sequence_config import check_sequence_config
 
@@ -349,3 +349,64 @@ def validate_instance_groups(config: mc.ModelConfig, gpus: Sequence[int]) -> Non
                     f"{where} and platform {config.platform} specifies invalid profile {profile}. The field should "
                     "contain the string representation of a non-negative integer."
                 )
+
+
+# -- fields turnout does not implement ----------------------------------------------------
+
+
+def check_unimplemented(config: mc.ModelConfig) -> list[str]:
+    """Refuse the fields turnout does not implement that would change results or
+    guarantees; return a warning for each one set that would only change performance.
+    Runs on the configuration as given, before defaults are filled in."""
+    name = config.name
+    refused = _refused_fields(config)
+    if refused:
+        field, why = refused[0]
+        raise unsupported(f"model '{name}' sets {field}, which turnout does not implement: {why}")
+    return [
+        f"model '{name}' sets {field}, which turnout does not implement; it loads without it ({why})"
+        for field, why in _performance_fields(config)
+    ]
+
+
+def _refused_fields(config: mc.ModelConfig) -> list[tuple[str, str]]:
+    refused = []
+    if config.model_transaction_policy.decoupled:
+        refused.append(("model_transaction_policy { decoupled: true }", "its sidecars send one response per request"))
+    if config.sequence_batching.iterative_sequence:
+        refused.append(("sequence_batching { iterative_sequence: true }", "requests are never rescheduled"))
+    if config.batch_input:
+        refused.append(("batch_input", "the model would not get the batch tensors it expects"))
+    if config.batch_output:
+        refused.append(("batch_output", "outputs would not be scattered to requests by input shape"))
+    if config.model_repository_agents.agents:
+        refused.append(("model_repository_agents", "no agent would prepare the model's files"))
+    if config.model_operations.op_library_filename:
+        refused.append(("model_operations { op_library_filename }", "custom operation libraries are not loaded"))
+    if config.runtime:
+        refused.append((f'runtime: "{config.runtime}"', "the framework's sidecar is the runtime"))
+    return refused
+
+
+def _performance_fields(config: mc.ModelConfig) -> list[tuple[str, str]]:
+    fields = []
+    if config.response_cache.enable:
+        fields.append(("response_cache { enable: true }", "every request is computed"))
+    groups = config.instance_group
+    if any(group.HasField("rate_limiter") for group in groups):
+        fields.append(("instance_group { rate_limiter }", "instances run whenever they are free"))
+    if any(group.passive for group in groups):
+        fields.append(("instance_group { passive: true }", "passive instances take requests too"))
+    if any(group.host_policy for group in groups):
+        fields.append(("instance_group { host_policy }", "no host policy applies"))
+    if any(group.secondary_devices for group in groups):
+        fields.append(("instance_group { secondary_devices }", "no secondary device is prepared"))
+    optimization = config.optimization
+    for field in ("graph", "priority", "cuda", "gather_kernel_buffer_threshold", "eager_batching"):
+        if optimization.HasField(field) if field in ("graph", "cuda") else getattr(optimization, field):
+            fields.append((f"optimization {{ {field} }}", "the framework's defaults apply"))
+    if config.model_metrics.metric_control:
+        fields.append(("model_metrics", "metrics keep their default buckets"))
+    if config.cc_model_filenames:
+        fields.append(("cc_model_filenames", "default_model_filename is loaded on every GPU"))
+    return fields

@@ -22,6 +22,8 @@ from sidecars.config_rules import (
     validate_io_config,
     validate_model_config,
 )
+from sidecars.ensemble.dependencies import check_dependencies
+from sidecars.ensemble.validation import ENSEMBLE_PLATFORM
 from sidecars.journal import LoadJournal, Replay
 from sidecars.repository import (
     Fingerprint,
@@ -255,6 +257,12 @@ class ModelManager:
         except TurnoutError as exc:
             entry.failure, entry.config_failed = exc.message, True
             raise poll_failure(name, exc.message) from None
+        if base.platform == ENSEMBLE_PLATFORM:
+            try:
+                await asyncio.to_thread(check_dependencies, base, self.repository.config_text)
+            except TurnoutError as exc:  # Triton does not load such an ensemble at all
+                entry.failure, entry.config_failed = exc.message, True
+                raise invalid_arg(f"load failed for model '{name}': {exc.message}") from None
         versions = select_versions(version_numbers(folder), base.version_policy)
         if not versions:
             reason = f"at least one version must be available under the version policy of model '{name}'"

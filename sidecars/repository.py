@@ -103,6 +103,27 @@ class Repository:
             raise load_failure(name, "failed to poll from model repository: " + "; ".join(failures))
         return found
 
+    def config_text(self, name: str) -> str | None:
+        """The config.pbtxt text of model folder `name` in the first repository that has
+        it, whatever its framework ("" when it has none), or None when none has it."""
+        if not name or "/" in name or name in (".", ".."):
+            return None
+        for root in self.roots:
+            remote = self._remotes.get(root)
+            try:
+                if remote is not None:
+                    model = remote.model(name)
+                    if model is not None:
+                        return model.config_text
+                    continue
+                path = Path(root) / name
+                if path.is_dir():
+                    config = path / "config.pbtxt"
+                    return config.read_text() if config.is_file() else ""
+            except (RemoteError, OSError, UnicodeDecodeError):
+                continue  # an unreadable repository or config counts as not there
+        return None
+
     def localize(self, folder: ModelFolder) -> LocalizedFolder:
         """The folder to load from; a remote model's files are copied to a new temporary folder."""
         remote = self._remotes.get(folder.repository)

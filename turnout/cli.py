@@ -320,7 +320,7 @@ def up(
         exit_timeout_secs=flags["exit_timeout_secs"],
         logs=logs,
     )
-    sys.exit(supervisor.run(lambda sidecars: _gateway_settings(sidecars, **flags)))
+    sys.exit(supervisor.run(lambda sidecars: _gateway_settings(sidecars, exit_on_error=exit_on_error, **flags)))
 
 
 @cli.command()

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from google.protobuf import text_format
 
-from gateway.ensemble_plan import build_plan, check_step_configs
+from gateway.ensemble_plan import build_plan
 from protos import model_config_pb2 as mc
+from protos.ensemble_steps import check_step_configs
 from protos.status import Status, TurnoutError
 
 SIMPLE = text_format.Parse(
