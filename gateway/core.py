@@ -312,7 +312,10 @@ class Gateway:
             for model in await self.ensembles.composing_models(ensemble):
                 if not await self.model_ready(pb.ModelReadyRequest(name=model)):
                     await self.load_model(pb.RepositoryModelLoadRequest(model_name=model))
-            await self.ensembles.check(ensemble)
+            try:
+                await self.ensembles.check(ensemble)
+            except TurnoutError as exc:
+                raise invalid_arg(f"load failed for model '{ensemble}': {exc.message}") from None
         except TurnoutError:
             await self.unload_model(pb.RepositoryModelUnloadRequest(model_name=ensemble))
             raise

@@ -7,6 +7,10 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from google.protobuf import text_format
+
+from protos import model_config_pb2 as mc
+
 # platform or backend name in config.pbtxt -> the sidecar framework that serves it
 FRAMEWORK_OF: dict[str, str] = {
     "onnxruntime_onnx": "onnxruntime",
@@ -30,7 +34,8 @@ DEFAULTS: dict[str, tuple[str, str, str]] = {
 }
 
 _SUFFIX_FRAMEWORK = {".onnx": "onnxruntime", ".pt": "pytorch", ".pt2": "pytorch", ".plan": "tensorrt"}
-_PLATFORM = re.compile(r'^\s*(platform|backend)\s*:\s*"([^"]*)"', re.MULTILINE)
+# Where a config does not parse, its platform and backend lines still say who reports it.
+_PLATFORM = re.compile(r'(?:^|[\s{}\]])(platform|backend)\s*:\s*"([^"]*)"')
 
 
 def is_version_dir(name: str) -> bool:
@@ -58,7 +63,7 @@ def framework_of_file(filename: str) -> str | None:
 def framework_of_model(model_dir: Path, config_text: str | None = None) -> str | None:
     """The framework of a model folder: config platform/backend first, then its files.
 
-    Reads only the config's top-level platform/backend lines, so it is cheap
+    Reads only the config and the listing, never a model file, so it is cheap
     enough for `turnout up` to scan a whole repository before starting sidecars.
     """
     if config_text is None:
@@ -68,10 +73,19 @@ def framework_of_model(model_dir: Path, config_text: str | None = None) -> str |
     return framework_of_listing(config_text, {p.name: [e.name for e in p.iterdir()] for p in versions})
 
 
+def _platform_and_backend(config_text: str) -> list[str]:
+    config = mc.ModelConfig()
+    try:
+        text_format.Parse(config_text, config)
+    except text_format.ParseError:
+        return [name for _, name in _PLATFORM.findall(config_text)]
+    return [config.platform, config.backend]
+
+
 def framework_of_listing(config_text: str, version_entries: Mapping[str, Iterable[str]]) -> str | None:
     """The same rule for a folder known from a listing (a remote repository): its config
     text and the entry names in each version folder."""
-    for _, name in _PLATFORM.findall(config_text):
+    for name in _platform_and_backend(config_text):
         framework = framework_of_name(name)
         if framework:
             return framework

@@ -4,22 +4,14 @@ themselves are in `config_rules`)."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
 
 from protos import model_config_pb2 as mc
 from protos.status import TurnoutError, internal, invalid_arg
-from sidecars.config_rules import (
-    check_unimplemented,
-    complete_backend_fields,
-    validate_io_config,
-    validate_model_config,
-)
+from sidecars.config_rules import complete_backend_fields, validate_io_config, validate_model_config
 from sidecars.sequence_config import fill_sequence_defaults
-
-log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.pbtxt"
 
@@ -77,8 +69,6 @@ def poll_config(model_dir: Path, model: str, override: mc.ModelConfig | None, au
         raise invalid_arg(
             f"unexpected directory name '{model}' for model '{config.name}', directory name must equal model name"
         )
-    for warning in check_unimplemented(config):
-        log.warning("%s", warning)
     return config
 
 

@@ -311,8 +311,9 @@ def normalize_instance_groups(config: mc.ModelConfig, gpus: Sequence[int]) -> No
 
 def validate_instance_groups(config: mc.ModelConfig, gpus: Sequence[int]) -> None:
     """`gpus`: the GPU ids usable here. Where there are some, a GPU group's ids must be
-    among them, as in Triton; on a machine without any, the framework decides (the ONNX
-    Runtime sidecar falls back to CPU with a warning, where Triton refuses the group)."""
+    among them, as in Triton; on a machine without any, only a negative id is refused
+    and the framework decides (the ONNX Runtime sidecar falls back to CPU with a
+    warning, the PyTorch one refuses the group with Triton's text)."""
     if config.HasField("ensemble_scheduling"):
         return
     name = config.name
@@ -322,7 +323,7 @@ def validate_instance_groups(config: mc.ModelConfig, gpus: Sequence[int]) -> Non
             raise invalid_arg(f"{where} has kind KIND_MODEL but specifies one or more GPUs")
         elif group.kind == _Kind.KIND_GPU:
             for gpu in group.gpus:
-                if gpus and gpu not in gpus:
+                if gpu < 0 or (gpus and gpu not in gpus):
                     supported = ", ".join(str(g) for g in gpus)
                     raise invalid_arg(
                         f"{where} specifies invalid or unsupported gpu id {gpu}. GPUs with at least the minimum "

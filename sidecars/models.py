@@ -13,10 +13,11 @@ from pathlib import Path
 from protos import layout
 from protos import model_config_pb2 as mc
 from protos.statistics import VersionStatistics
-from protos.status import TurnoutError, invalid_arg, not_found, unavailable
+from protos.status import TurnoutError, internal, invalid_arg, not_found, unavailable
 from sidecars.batcher import DynamicBatcher
 from sidecars.config import load_failure, normalize, poll_config, poll_failure
 from sidecars.config_rules import (
+    check_unimplemented,
     normalize_instance_groups,
     validate_instance_groups,
     validate_io_config,
@@ -143,6 +144,9 @@ class ModelManager:
         unread = list(scan.failures)
         for failure in unread:
             log.error("%s", failure)
+        if self.settings.report_unassigned:  # one sidecar says it, under `turnout up`
+            for problem in await asyncio.to_thread(self.repository.misplaced):
+                log.error("%s", problem)
         replays: dict[str, Replay] = {}
         if self.settings.model_control_mode is ControlMode.EXPLICIT:
             wanted = set(self.settings.load_models)
@@ -336,6 +340,13 @@ class ModelManager:
             normalize(config)
         validate_model_config(config)
         validate_io_config(config)
+        for output in config.output:  # read when the version is built; checked here, as Triton's Model::Init
+            label_file = version_dir.parent / output.label_filename
+            if output.label_filename and not label_file.is_file():
+                raise internal(f"failed to open text file for read {label_file}: No such file or directory")
+        # After Triton's own checks, so a field Triton refuses is refused in its words.
+        for warning in check_unimplemented(config):
+            log.warning("%s", warning)
         # The initial_state files are read here, so a missing or short one fails the load
         # rather than a sequence's first request.
         tensors = SequenceTensors(config, version_dir.parent) if config.HasField("sequence_batching") else None

@@ -78,6 +78,24 @@ class Repository:
                 found[folder.name] = _merge(found.get(folder.name), folder)
         return RepositoryScan(found, tuple(failures))
 
+    def misplaced(self) -> list[str]:
+        """What looks wrong in the local repositories themselves: one that is a model's
+        own folder (a config.pbtxt or version folders at its top), or one with no folder."""
+        problems = []
+        for root in self.roots:
+            path = Path(root)
+            if root in self._remotes or not path.is_dir():
+                continue
+            folders = [entry.name for entry in path.iterdir() if entry.is_dir()]
+            if (path / "config.pbtxt").is_file() or any(layout.is_version_dir(name) for name in folders):
+                problems.append(
+                    f"model repository '{root}' looks like a model folder (it holds config.pbtxt or version "
+                    "folders); --model-repository takes the folder that holds the model folders"
+                )
+            elif not folders:
+                problems.append(f"model repository '{root}' holds no model folders")
+        return problems
+
     def find(self, name: str) -> ModelFolder | None:
         """The model's folder (this framework's or an unassigned one), or None; raises
         Triton's load failure, with the reason, when it is in no repository that could be
