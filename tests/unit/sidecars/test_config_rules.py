@@ -65,7 +65,9 @@ def model_folder(tmp_path: Path, files: dict[str, str], name: str = "m") -> Path
         ({"10/model.pt": "", "9/model.onnx": ""}, ("pytorch", "pytorch_libtorch", "model.pt")),
     ],
 )
-def test_backend_fields_from_the_first_subfolder(tmp_path: Path, files: dict[str, str], expected: tuple) -> None:
+def test_backend_fields_from_the_first_subfolder(
+    tmp_path: Path, files: dict[str, str], expected: tuple[str, str, str]
+) -> None:
     config = mc.ModelConfig()
     complete_backend_fields(config, model_folder(tmp_path, files))
     assert (config.backend, config.platform, config.default_model_filename) == expected
