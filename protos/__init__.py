@@ -8,6 +8,7 @@ the same way (one owner each).
 - Errors: `status` (the error type and its HTTP and gRPC tables).
 - Servers: `identity` (server name, version, extensions), `ready` (the ready line),
   `flags` (shared command-line rules), `logs` (Triton's logging extension).
-- Repositories: `layout` (which framework serves a model folder), `remote` (S3 and GCS).
+- Repositories: `layout` (which framework serves a model folder), `remote` (S3 and GCS),
+  `ensemble_steps` (an ensemble's step maps against its step models' configs).
 - Counters: `statistics`, `triton_metrics`.
 """

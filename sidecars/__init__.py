@@ -5,7 +5,8 @@ model repository and serves them over the v2 gRPC service and the infer lane.
 - `server`: the v2 gRPC service; `validation`: each request against its model, with
   Triton's texts; `responses`: ModelInferResponse building.
 - `repository` (model folders, local or in an object store), `config` (config.pbtxt and
-  overrides), `models` (ModelManager: versions, states, loads, unloads, polls),
+  overrides, the first stage of a load), `config_rules` (Triton core's configuration rules),
+  `models` (ModelManager: versions, states, loads, unloads, polls),
   `journal` (explicit loads replayed after a restart), `warmup`.
 - `batcher` (the dynamic batcher), `sequence` and `sequence_config` (the sequence batcher),
   `batch_rules` (Triton's batch formation, which both share).
