@@ -12,9 +12,11 @@ import numpy as np
 import onnxruntime as ort
 
 from protos import model_config_pb2 as mc
-from protos.status import internal, invalid_arg
+from protos.status import internal
+from sidecars.backend_checks import require_model_file
 from sidecars.config import model_file
 from sidecars.onnxruntime.autocomplete import auto_complete
+from sidecars.onnxruntime.checks import check_session
 from sidecars.onnxruntime.providers import (
     CPU,
     CUDA,
@@ -65,7 +67,7 @@ class OnnxRuntime:
                     preload_gpu_libraries()
                 session = _open(path, options, placement.providers)
                 _warn_on_fallback(config.name, name, placement, session)
-                _check_sequence_controls(config, session)
+                check_session(config, session)
                 instances.append(OnnxInstance(name, session, config))
         return instances
 
@@ -100,22 +102,11 @@ def _warn_on_fallback(model: str, instance: str, placement: Placement, session: 
         )
 
 
-def _check_sequence_controls(config: mc.ModelConfig, session: ort.InferenceSession) -> None:
-    """Each control and state input the sequence batcher will feed must be a model input."""
-    provided = {tensor.name for tensor in session.get_inputs()}
-    for name, _ in sequence_inputs(config):
-        if name not in provided:
-            raise invalid_arg(
-                f"configuration specified sequence control '{name}', but model does not provide that input"
-            )
-
-
 def _model_path(config: mc.ModelConfig, version_dir: Path) -> Path:
     path = model_file(config, version_dir)
     if path.is_dir():  # Triton accepts a folder holding model.onnx (external data)
         path = path / "model.onnx"
-    if not path.is_file():
-        raise invalid_arg(f"unable to find '{path.name}' for model '{config.name}' in version {version_dir.name}")
+    require_model_file(path, config.name)
     return path
 
 
