@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,9 @@ class TorchRuntime:
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
+        # torch.export.load sets a process-wide deserializer while it runs, and refuses to
+        # start while another load holds it; versions load on threads of their own.
+        self._export_lock = threading.Lock()
 
     def gpu_count(self) -> int:
         return _gpu_count()
@@ -59,7 +63,7 @@ class TorchRuntime:
         instances: list[ModelInstance] = []
         try:
             for name, device in devices:
-                module, arguments = _load_module(config.name, path, device)
+                module, arguments = _load_module(config.name, path, device, self._export_lock)
                 layout = input_layout(config.name, inputs, arguments)
                 instances.append(TorchInstance(name, module, device, layout, config, parameters))
         except BaseException:
@@ -137,11 +141,14 @@ def _set_threads(model: str, parameters: dict[str, str], instances: list[str]) -
                 log.info("Inter op thread count is set to %d for model instance '%s'", inter, name)
 
 
-def _load_module(model: str, path: Path, device: torch.device) -> tuple[Any, list[Argument] | None]:
+def _load_module(
+    model: str, path: Path, device: torch.device, export_lock: threading.Lock
+) -> tuple[Any, list[Argument] | None]:
     """The module and its forward() arguments after `self` (None when unreadable)."""
     try:
         if path.suffix == ".pt2":
-            return _load_exported(path, device)
+            with export_lock:
+                return _load_exported(path, device)
         module = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
     except TurnoutError:
         raise
