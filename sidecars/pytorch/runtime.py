@@ -21,8 +21,9 @@ from protos.status import TurnoutError, internal, invalid_arg
 from sidecars.backend_checks import refuse_optional_inputs, require_model_file
 from sidecars.config import model_file
 from sidecars.pytorch.checks import Bindings, check_model
+from sidecars.pytorch.exported import ProgramSignature, check_program, read_signature
 from sidecars.pytorch.naming import Argument
-from sidecars.pytorch.tensors import to_numpy, to_torch
+from sidecars.pytorch.tensors import CONFIG_TYPES, to_numpy, to_torch
 from sidecars.runtime import ModelInstance, Tensors, ThreadedInstance
 from sidecars.sequence_config import state_outputs
 
@@ -67,6 +68,8 @@ class TorchRuntime:
                 require_model_file(path, config.name)
                 loaded = _load_module(config.name, path, device, self._export_lock)
                 bindings = check_model(config, loaded.arguments)
+                if loaded.program is not None:
+                    check_program(config, loaded.program, bindings)
                 instances.append(TorchInstance(name, loaded.module, device, bindings, config, parameters))
         except BaseException:
             for instance in instances:
@@ -145,11 +148,12 @@ def _set_threads(model: str, parameters: dict[str, str], instances: list[str]) -
 
 @dataclass(frozen=True)
 class LoadedModule:
-    """A model file as loaded: the callable, and its forward() arguments after `self`
-    (None when unreadable)."""
+    """A model file as loaded: the callable, its forward() arguments after `self` (None
+    when unreadable), and a torch.export program's own signature (None for others)."""
 
     module: Any
     arguments: list[Argument] | None
+    program: ProgramSignature | None = None
 
 
 def _load_module(model: str, path: Path, device: torch.device, export_lock: threading.Lock) -> LoadedModule:
@@ -176,11 +180,14 @@ def _load_exported(path: Path, device: torch.device) -> LoadedModule:
         # Not a torch.export archive: an AOTInductor package, whose signature is opaque.
         runner = torch._inductor.aoti_load_package(str(path))
         return LoadedModule(runner, None)
+    signature = read_signature(program, CONFIG_TYPES)
     module = program.module().to(device)
-    # The graph's placeholders are renamed (lower case); the module keeps forward()'s own names.
-    parameters = inspect.signature(module.forward).parameters.values()
-    arguments = [Argument(p.name, "TensorType", "Tensor") for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
-    return LoadedModule(module, arguments)
+    names = list(signature.names)
+    if not names:
+        # The graph's placeholders are renamed (lower case); the module keeps forward()'s own names.
+        parameters = inspect.signature(module.forward).parameters.values()
+        names = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+    return LoadedModule(module, [Argument(name, "TensorType", "Tensor") for name in names], signature)
 
 
 class TorchInstance(ThreadedInstance):

@@ -74,6 +74,9 @@ def build_repository(repo: Path) -> Path:
     unindexed = models.write_torch_sequence(repo, "bad_sequence_names")
     config = unindexed / "config.pbtxt"
     config.write_text(config.read_text().replace('"START__1"', '"START"'))
+    export_type = models.write_torch_export(repo, name="bad_export_type")
+    config = export_type / "config.pbtxt"
+    config.write_text(config.read_text().replace("TYPE_INT32", "TYPE_INT64", 1))
     wrong_output = models.write_torch_simple(repo, name="bad_output_type")
     config = wrong_output / "config.pbtxt"
     text = config.read_text()
@@ -204,6 +207,11 @@ def test_a_sequence_model_named_by_index_loads(torch_sidecar: Sidecar) -> None:
             "'optional' is set to true for input 'INPUT1' while the backend model doesn't support optional input",
         ),
         ("bad_sequence_names", "input 'START' does not follow <name>__<index> naming convention."),
+        (
+            "bad_export_type",
+            "unable to load model 'bad_export_type', configuration expects datatype TYPE_INT64 for input 'INPUT0', "
+            "model provides TYPE_INT32",
+        ),
     ],
 )
 def test_models_that_cannot_load_say_why_in_the_index(torch_sidecar: Sidecar, model: str, reason: str) -> None:
