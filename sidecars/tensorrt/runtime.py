@@ -24,9 +24,10 @@ except ImportError:  # pragma: no cover - older cuda-python
 from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME
 from protos.status import internal, invalid_arg
-from sidecars.backend_checks import refuse_optional_inputs
+from sidecars.backend_checks import refuse_optional_inputs, require_model_file
 from sidecars.config import model_file
 from sidecars.runtime import ModelInstance, RuntimeUnavailable, Tensors, ThreadedInstance
+from sidecars.tensorrt.checks import check_bindings, check_instance_kind, validate_io
 from sidecars.tensorrt.engine import (
     TRT_TYPES,
     Binding,
@@ -92,29 +93,37 @@ class TensorrtRuntime:
         auto_complete(config, engine_tensors(engine))
 
     def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+        refuse_optional_inputs(config)
         path = model_file(config, version_dir)
-        if not path.is_file():
-            raise invalid_arg(f"unable to find '{path.name}' for model '{config.name}' in version {version_dir.name}")
         engines: dict[int, Any] = {}  # one deserialized engine per GPU, shared by its contexts
         instances: list[ModelInstance] = []
-        for group in config.instance_group:
-            if group.kind != mc.ModelInstanceGroup.KIND_GPU:
-                raise invalid_arg(
-                    f"unable to load model '{config.name}', TensorRT backend only supports KIND_GPU instance groups"
-                )
-            for gpu in group.gpus:
-                if not 0 <= gpu < self._count:
-                    raise invalid_arg(
-                        f"instance group {group.name} of model {config.name} specifies invalid or unsupported "
-                        f"gpu id {gpu}"
-                    )
-                if gpu not in engines:
-                    engines[gpu] = self._deserialize(path, gpu)
-                    if engines[gpu] is None:
-                        raise internal(f"unable to load model '{config.name}': TensorRT could not deserialize {path}")
-                for _ in range(group.count):
-                    name = f"{group.name}_{len(instances)}"
-                    instances.append(TensorrtInstance(name, engines[gpu], gpu, config))
+        try:
+            for group in config.instance_group:
+                check_instance_kind(config, group)
+                for gpu in group.gpus:
+                    if not 0 <= gpu < self._count:
+                        raise invalid_arg(
+                            f"instance group {group.name} of model {config.name} specifies invalid or unsupported "
+                            f"gpu id {gpu}"
+                        )
+                    # As Triton, each GPU's instances are <group>_0 .. <group>_<count - 1>.
+                    for index in range(group.count):
+                        name = f"{group.name}_{index}"
+                        require_model_file(path, name)
+                        if gpu not in engines:
+                            engines[gpu] = self._deserialize(path, gpu)
+                        if engines[gpu] is None:
+                            raise internal(
+                                f"unable to load model '{config.name}': TensorRT could not deserialize {path}"
+                            )
+                        tensors = engine_tensors(engines[gpu])
+                        validate_io(config, tensors)
+                        check_bindings(config, tensors, name)
+                        instances.append(TensorrtInstance(name, engines[gpu], gpu, config))
+        except BaseException:
+            for instance in instances:
+                instance.close()
+            raise
         return instances
 
 
