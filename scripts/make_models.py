@@ -544,17 +544,19 @@ def write_torch_identity(repo: Path, name: str, datatype: str, max_batch_size: i
 
 
 def write_torch_sequence(repo: Path, name: str = "running_sum_torch") -> Path:
-    """A stateful TorchScript model: OUTPUT = READY * (running sum of INPUT + START), the
-    sum kept in implicit state (STATE_IN -> STATE_OUT), START and READY INT32 controls."""
+    """A stateful TorchScript model: OUTPUT__0 = READY * (running sum of INPUT__0 + START),
+    the sum kept in implicit state (STATE_IN__3 -> STATE_OUT__1), START and READY INT32
+    controls. Triton's PyTorch backend binds a sequence model's tensors by their
+    `<name>__<index>` names only, controls and state included."""
     model_dir = Path(repo) / name
     _save_script(_torch_modules().RunningSum(), model_dir / "1" / "model.pt")
     controls = [
-        f'{{ name: "{n}" control [ {{ kind: CONTROL_SEQUENCE_{n} int32_false_true: [ 0, 1 ] }} ] }}'
-        for n in ("START", "READY")
+        f'{{ name: "{n}__{i}" control [ {{ kind: CONTROL_SEQUENCE_{n} int32_false_true: [ 0, 1 ] }} ] }}'
+        for i, n in ((1, "START"), (2, "READY"))
     ]
-    state = 'input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ]'
+    state = 'input_name: "STATE_IN__3" output_name: "STATE_OUT__1" data_type: TYPE_INT32 dims: [ 1 ]'
     extra = f"sequence_batching {{\n  control_input [ {', '.join(controls)} ]\n  state [ {{ {state} }} ]\n}}"
-    io, out = [("INPUT", "INT32", [1])], [("OUTPUT", "INT32", [1])]
+    io, out = [("INPUT__0", "INT32", [1])], [("OUTPUT__0", "INT32", [1])]
     (model_dir / "config.pbtxt").write_text(_torch_config(name, 8, io, out, extra))
     return model_dir
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -152,19 +152,41 @@ def _check_state(state: mc.ModelSequenceBatching.State) -> None:
         raise invalid_arg(f"initial_state setting expects state'{name}' to have state_data set")
 
 
-def sequence_inputs(config: mc.ModelConfig) -> list[tuple[str, int]]:
-    """(name, config data type) of every tensor the batcher adds to a model's inputs;
-    runtimes bind them beside the config's inputs."""
+class SequenceControl(NamedTuple):
+    """A control tensor the batcher feeds: its name, kind, and the datatype Triton gives it
+    (a flag control's from the false/true field it sets, CORRID's own `data_type`)."""
+
+    name: str
+    kind: int
+    data_type: int
+
+
+def sequence_controls(config: mc.ModelConfig) -> list[SequenceControl]:
+    """The controls a config sets, in the order Triton's backends check them: START, END,
+    READY, then CORRID."""
     if not config.HasField("sequence_batching"):
         return []
-    extra = []
-    for control_input in config.sequence_batching.control_input:
-        for control in control_input.control:
-            if control.kind == _Control.CONTROL_SEQUENCE_CORRID:
-                extra.append((control_input.name, control.data_type))
-            else:
-                field = next((f for f in _FALSE_TRUE if getattr(control, f)), "int32_false_true")
-                extra.append((control_input.name, _FALSE_TRUE_CONFIG_TYPE[field]))
+    controls = []
+    for kind in (*_FLAG_KINDS, _Control.CONTROL_SEQUENCE_CORRID):
+        for control_input in config.sequence_batching.control_input:
+            for control in control_input.control:
+                if control.kind != kind:
+                    continue
+                if kind == _Control.CONTROL_SEQUENCE_CORRID:
+                    data_type = control.data_type
+                else:
+                    field = next((f for f in _FALSE_TRUE if getattr(control, f)), "int32_false_true")
+                    data_type = _FALSE_TRUE_CONFIG_TYPE[field]
+                controls.append(SequenceControl(control_input.name, kind, data_type))
+    return controls
+
+
+def sequence_inputs(config: mc.ModelConfig) -> list[tuple[str, int]]:
+    """(name, config data type) of every tensor the batcher adds to a model's inputs, the
+    controls then the state inputs; runtimes bind them beside the config's inputs."""
+    if not config.HasField("sequence_batching"):
+        return []
+    extra = [(control.name, control.data_type) for control in sequence_controls(config)]
     extra += [(state.input_name, state.data_type) for state in config.sequence_batching.state]
     return extra
 

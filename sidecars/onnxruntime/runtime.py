@@ -12,9 +12,11 @@ import numpy as np
 import onnxruntime as ort
 
 from protos import model_config_pb2 as mc
-from protos.status import internal, invalid_arg
+from protos.status import internal
+from sidecars.backend_checks import config_dims, require_model_file
 from sidecars.config import model_file
 from sidecars.onnxruntime.autocomplete import auto_complete
+from sidecars.onnxruntime.checks import check_session
 from sidecars.onnxruntime.providers import (
     CPU,
     CUDA,
@@ -46,10 +48,11 @@ class OnnxRuntime:
         return cuda_device_count() if CUDA in self._available else 0
 
     def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
-        if config.input and config.output:
-            return  # nothing to read, so do not open the model
-        session = _open(_model_path(config, version_dir), ort.SessionOptions(), [CPU])
-        auto_complete(config, session.get_inputs(), session.get_outputs(), default_max_batch_size)
+        def read_signature() -> tuple[list[Any], list[Any]]:
+            session = _open(_model_path(config, version_dir), ort.SessionOptions(), [CPU])
+            return session.get_inputs(), session.get_outputs()
+
+        auto_complete(config, read_signature, default_max_batch_size)
 
     def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
         path = _model_path(config, version_dir)
@@ -65,7 +68,7 @@ class OnnxRuntime:
                     preload_gpu_libraries()
                 session = _open(path, options, placement.providers)
                 _warn_on_fallback(config.name, name, placement, session)
-                _check_sequence_controls(config, session)
+                check_session(config, session)
                 instances.append(OnnxInstance(name, session, config))
         return instances
 
@@ -100,22 +103,11 @@ def _warn_on_fallback(model: str, instance: str, placement: Placement, session: 
         )
 
 
-def _check_sequence_controls(config: mc.ModelConfig, session: ort.InferenceSession) -> None:
-    """Each control and state input the sequence batcher will feed must be a model input."""
-    provided = {tensor.name for tensor in session.get_inputs()}
-    for name, _ in sequence_inputs(config):
-        if name not in provided:
-            raise invalid_arg(
-                f"configuration specified sequence control '{name}', but model does not provide that input"
-            )
-
-
 def _model_path(config: mc.ModelConfig, version_dir: Path) -> Path:
     path = model_file(config, version_dir)
     if path.is_dir():  # Triton accepts a folder holding model.onnx (external data)
         path = path / "model.onnx"
-    if not path.is_file():
-        raise invalid_arg(f"unable to find '{path.name}' for model '{config.name}' in version {version_dir.name}")
+    require_model_file(path, config.name)
     return path
 
 
@@ -156,19 +148,31 @@ class OnnxInstance(ThreadedInstance):
         self._outputs = [output.name for output in config.output] + [name for name, _ in state_outputs(config)]
         inputs = [(tensor.name, tensor.data_type) for tensor in config.input] + sequence_inputs(config)
         self._strings = {name for name, data_type in inputs if data_type == mc.TYPE_STRING}
+        # As Triton's backend: a rank-0 model input takes its one element whatever dims the
+        # config gives it (all ones), and a rank-0 model output comes back in the config's.
+        self._scalar_inputs = {arg.name for arg in session.get_inputs() if not arg.shape}
+        scalar_outputs = {arg.name for arg in session.get_outputs() if not arg.shape}
+        self._scalar_outputs = {t.name: config_dims(t) for t in config.output if t.name in scalar_outputs}
 
     def run(self, inputs: Tensors) -> dict[str, np.ndarray]:
         feed: dict[str, Any] = dict(inputs)
         for name in self._strings:
             if name in feed:
                 feed[name] = _as_strings(feed[name])
+        for name in self._scalar_inputs:
+            if name in feed and feed[name].size == 1:
+                feed[name] = feed[name].reshape(())
         try:
             results = self._session.run(self._outputs, feed)
         except UnicodeDecodeError as exc:
             raise internal(f"onnx runtime error: {_NOT_UTF8_OUTPUT}") from exc
         except Exception as exc:  # ORT's errors carry its own message
             raise internal(f"onnx runtime error: {exc}") from exc
-        return dict(zip(self._outputs, results, strict=True))
+        outputs = dict(zip(self._outputs, results, strict=True))
+        for name, dims in self._scalar_outputs.items():
+            if outputs[name].ndim == 0:
+                outputs[name] = outputs[name].reshape(dims)
+        return outputs
 
     def close(self) -> None:
         super().close()

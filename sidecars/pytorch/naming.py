@@ -1,6 +1,7 @@
-"""Triton's PyTorch naming rules: which forward() argument each config input feeds and
-which model output each config output reads. Pure logic over the forward() signature,
-so it is tested without torch."""
+"""Triton's PyTorch naming rules (libtorch.cc): what forward() may take, which naming
+convention a config's names follow, which forward() argument each tensor the batcher
+feeds binds to, and which returned tensor each output reads. Pure logic over
+forward()'s signature, so it is tested without torch."""
 
 from __future__ import annotations
 
@@ -31,31 +32,38 @@ class Argument:
 
 
 @dataclass(frozen=True)
+class ForwardInputs:
+    """What forward() takes: one Dict[str, Tensor] keyed by input name, or tensors and
+    lists by position (`names`, the arguments' own names)."""
+
+    dict_input: bool
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class InputLayout:
     """How a batch's named inputs become forward() arguments."""
 
     dict_input: bool  # one Dict[str, Tensor] argument keyed by the config names
-    positions: dict[str, int]  # config input name -> argument position
+    positions: dict[str, int]  # input name -> argument position
     count: int  # arguments forward() takes
     convention: Convention
 
 
 def named_index(name: str) -> int | None:
-    """The index of a `<name>__<index>` name, else None. As Triton, the text after the
-    first `__` must be all digits."""
+    """The index of a `<name>__<index>` name, else None. As Triton: the text after the
+    first `__` must be ASCII digits, and may be empty (index 0)."""
     _, sep, tail = name.partition("__")
-    if not sep or not tail.isdigit():
+    if not sep or not all("0" <= c <= "9" for c in tail):
         return None
-    return int(tail)
+    return int(tail) if tail else 0
 
 
-def input_layout(model: str, inputs: Sequence[str], arguments: Sequence[Argument] | None) -> InputLayout:
-    """Bind config inputs to forward() arguments (`arguments` None: a model whose
-    signature cannot be read binds inputs in config order)."""
-    if arguments is None:
-        return InputLayout(False, {name: i for i, name in enumerate(inputs)}, len(inputs), Convention.CONFIG_ORDER)
+def forward_inputs(model: str, arguments: Sequence[Argument], expected: int) -> ForwardInputs:
+    """Triton's rules for forward()'s arguments after `self`; `expected` counts every
+    tensor the config feeds (inputs, batch inputs, sequence controls and states)."""
     if len(arguments) == 1 and arguments[0].kind == "DictType":
-        return InputLayout(True, {name: i for i, name in enumerate(inputs)}, 1, Convention.FORWARD_ARGUMENT)
+        return ForwardInputs(True, ())
     if any(a.kind == "DictType" for a in arguments[1:]):
         raise internal(
             "Multiple inputs of kind DictType were detected. "
@@ -67,52 +75,120 @@ def input_layout(model: str, inputs: Sequence[str], arguments: Sequence[Argument
                 f"An input of type '{argument.type_text}' was detected in the model. Only a single input of type "
                 "Dict(str, Tensor) or input(s) of type Tensor are supported."
             )
-    if len(arguments) != len(inputs):
+    # A forward() without arguments is not counted (Triton checks the count only when
+    # there are tensor arguments).
+    if arguments and len(arguments) != expected:
         raise invalid_arg(
-            f"unable to load model '{model}', configuration expects {len(inputs)} inputs, "
-            f"model provides {len(arguments)}"
+            f"unable to load model '{model}', configuration expects {expected} inputs, model provides {len(arguments)}"
         )
-    names = [a.name for a in arguments]
-    if all(name in names for name in inputs):
-        return InputLayout(False, {n: names.index(n) for n in inputs}, len(names), Convention.FORWARD_ARGUMENT)
-    indexes = [named_index(name) for name in inputs]
-    if all(index is not None for index in indexes):
-        positions = {name: index for name, index in zip(inputs, indexes, strict=True) if index is not None}
-        _check_indexes(model, "input", positions, len(names))
-        return InputLayout(False, positions, len(names), Convention.NAMED_INDEX)
-    log.warning(
-        "input(s) of model '%s' are neither input arguments to the model nor do they follow the "
-        "<name>__<index> naming convention. Falling back to enforcing strict ordering from model configuration.",
-        model,
-    )
-    return InputLayout(False, {name: i for i, name in enumerate(inputs)}, len(names), Convention.CONFIG_ORDER)
+    return ForwardInputs(False, tuple(a.name for a in arguments))
 
 
-def output_indices(model: str, outputs: Sequence[str]) -> dict[str, int]:
-    """Config output name -> index in the model's returned tuple: `<name>__<index>` when
-    every name follows it, else config order."""
-    indexes = [named_index(name) for name in outputs]
-    if all(index is not None for index in indexes):
-        return {name: index for name, index in zip(outputs, indexes, strict=True) if index is not None}
-    if any(index is not None for index in indexes):
-        log.warning(
-            "output(s) of the model '%s' do not all follow the <name>__<index> naming convention. "
-            "Falling back to enforcing strict ordering from model configuration.",
-            model,
+def naming_convention(
+    model: str, kind: str, names: Sequence[str], allowed: Sequence[str], states: Sequence[str] | None
+) -> Convention:
+    """Triton's GetNamingConvention for the config's "input" or "output" names: forward
+    argument names (inputs only), else all `<name>__<index>`, else config order.
+
+    `states` are the input (or output) names of `sequence_batching.state`, None without
+    sequence batching. With sequence batching the names must be `<name>__<index>`, even
+    without states: Triton reads the config as JSON, where `state` is always present
+    (empty), and tests only its presence."""
+    convention = Convention.FORWARD_ARGUMENT if kind == "input" else Convention.NAMED_INDEX
+    if kind == "input" and any(name not in allowed for name in names):
+        convention = Convention.NAMED_INDEX
+    if convention is Convention.NAMED_INDEX:
+        for name in names:
+            if "__" not in name:
+                convention = Convention.CONFIG_ORDER
+                break
+            if named_index(name) is None:
+                if kind == "input":
+                    log.warning(
+                        "input '%s' or previous input(s) are neither an input argument to the model '%s' nor do they "
+                        "follow the <name>__<index> naming convention. Falling back to enforcing strict ordering "
+                        "from model configuration.",
+                        name,
+                        model,
+                    )
+                else:
+                    log.warning(
+                        "output '%s' or previous output(s) of the model '%s' do not follow the <name>__<index> naming "
+                        "convention. Falling back to enforcing strict ordering from model configuration.",
+                        name,
+                        model,
+                    )
+                convention = Convention.CONFIG_ORDER
+                break
+    if states is None:
+        return convention
+    if convention is not Convention.NAMED_INDEX:
+        raise invalid_arg(
+            f"PyTorch model '{model}' is using sequence batching with state but not all inputs and outputs follow "
+            "the <name>__<index> naming convention. "
         )
-    return {name: i for i, name in enumerate(outputs)}
+    for state in states:
+        if named_index(state) is None:
+            raise invalid_arg(
+                f"PyTorch model '{model}' is using sequence batching with state but state '{state}' does not follow "
+                "the <name>__<index> naming convention. "
+            )
+    return convention
 
 
-def _check_indexes(model: str, kind: str, positions: dict[str, int], count: int) -> None:
+def bind_inputs(
+    model: str,
+    forward: ForwardInputs,
+    convention: Convention,
+    inputs: Sequence[str],
+    indexed: Sequence[str] = (),
+) -> InputLayout:
+    """Where each config input binds under `convention`, and each `indexed` tensor (the
+    sequence controls and states, always `<name>__<index>`) by its index."""
+    count = len(forward.names)
+    if forward.dict_input:
+        return InputLayout(True, {name: i for i, name in enumerate([*inputs, *indexed])}, 1, convention)
+    positions: dict[str, int] = {}
+    for position, name in enumerate(inputs):
+        if convention is Convention.FORWARD_ARGUMENT:
+            positions[name] = forward.names.index(name)
+        elif convention is Convention.NAMED_INDEX:
+            positions[name] = named_index(name) or 0
+        else:
+            positions[name] = position
+    for name in indexed:
+        positions[name] = named_index(name) or 0
+    _check_positions(model, positions, count)
+    return InputLayout(False, positions, count, convention)
+
+
+def config_order_layout(inputs: Sequence[str]) -> InputLayout:
+    """For a model whose signature cannot be read: every input in the order given."""
+    return InputLayout(False, {name: i for i, name in enumerate(inputs)}, len(inputs), Convention.CONFIG_ORDER)
+
+
+def output_indices(convention: Convention, outputs: Sequence[str], states: Sequence[str] = ()) -> dict[str, int]:
+    """Config output name -> index in the model's returned tuple under `convention` (of
+    naming_convention for outputs); state outputs always by their index."""
+    indices = {}
+    for position, name in enumerate(outputs):
+        indices[name] = (named_index(name) or 0) if convention is Convention.NAMED_INDEX else position
+    for name in states:
+        indices[name] = named_index(name) or 0
+    return indices
+
+
+def _check_positions(model: str, positions: dict[str, int], count: int) -> None:
+    """turnout's own rule, where Triton would fail at the first request: every binding
+    names an argument forward() has, and no two name the same one."""
     seen: dict[int, str] = {}
     for name, index in positions.items():
-        if index >= count:
+        if count and index >= count:
             raise invalid_arg(
-                f"unable to load model '{model}', {kind} '{name}' names index {index} but forward() "
-                f"takes {count} {kind}s"
+                f"unable to load model '{model}', input '{name}' names index {index} but forward() takes {count} inputs"
             )
         if index in seen:
             raise invalid_arg(
-                f"unable to load model '{model}', {kind}s '{seen[index]}' and '{name}' share index {index}"
+                f"unable to load model '{model}', inputs '{seen[index]}' and '{name}' share index {index}"
             )
         seen[index] = name

@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,14 @@ import torch
 
 from protos import model_config_pb2 as mc
 from protos.status import TurnoutError, internal, invalid_arg
+from sidecars.backend_checks import refuse_optional_inputs, require_model_file
 from sidecars.config import model_file
-from sidecars.pytorch.naming import Argument, InputLayout, input_layout, output_indices
-from sidecars.pytorch.tensors import check_datatypes, to_numpy, to_torch
+from sidecars.pytorch.checks import Bindings, check_model
+from sidecars.pytorch.exported import ProgramSignature, check_program, read_signature
+from sidecars.pytorch.naming import Argument
+from sidecars.pytorch.tensors import CONFIG_TYPES, to_numpy, to_torch
 from sidecars.runtime import ModelInstance, Tensors, ThreadedInstance
-from sidecars.sequence_config import sequence_inputs, state_outputs
+from sidecars.sequence_config import state_outputs
 
 log = logging.getLogger(__name__)
 
@@ -37,31 +42,35 @@ class TorchRuntime:
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
+        # torch.export.load sets a process-wide deserializer while it runs, and refuses to
+        # start while another load holds it; versions load on threads of their own.
+        self._export_lock = threading.Lock()
 
     def gpu_count(self) -> int:
         return _gpu_count()
 
     def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
-        return None
+        log.warning(
+            "skipping model configuration auto-complete for '%s': not supported for pytorch backend", config.name
+        )
 
     def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
-        path = model_file(config, version_dir)
-        if not path.is_file():
-            raise invalid_arg(f"unable to find '{path.name}' for model '{config.name}' in version {version_dir.name}")
-        check_datatypes(config)
-        parameters = {key: value.string_value for key, value in config.parameters.items()}
         devices = [
             (f"{group.name}_{i}", device) for group in config.instance_group for i, device in _devices(config, group)
         ]
+        refuse_optional_inputs(config)
+        parameters = {key: value.string_value for key, value in config.parameters.items()}
         _set_threads(config.name, parameters, [name for name, _ in devices])
-        # The sequence batcher's controls and state inputs bind like config inputs, after them.
-        inputs = [t.name for t in config.input] + [name for name, _ in sequence_inputs(config)]
+        path = model_file(config, version_dir)
         instances: list[ModelInstance] = []
         try:
             for name, device in devices:
-                module, arguments = _load_module(config.name, path, device)
-                layout = input_layout(config.name, inputs, arguments)
-                instances.append(TorchInstance(name, module, device, layout, config, parameters))
+                require_model_file(path, config.name)
+                loaded = _load_module(config.name, path, device, self._export_lock)
+                bindings = check_model(config, loaded.arguments)
+                if loaded.program is not None:
+                    check_program(config, loaded.program, bindings)
+                instances.append(TorchInstance(name, loaded.module, device, bindings, config, parameters))
         except BaseException:
             for instance in instances:
                 instance.close()
@@ -137,11 +146,21 @@ def _set_threads(model: str, parameters: dict[str, str], instances: list[str]) -
                 log.info("Inter op thread count is set to %d for model instance '%s'", inter, name)
 
 
-def _load_module(model: str, path: Path, device: torch.device) -> tuple[Any, list[Argument] | None]:
-    """The module and its forward() arguments after `self` (None when unreadable)."""
+@dataclass(frozen=True)
+class LoadedModule:
+    """A model file as loaded: the callable, its forward() arguments after `self` (None
+    when unreadable), and a torch.export program's own signature (None for others)."""
+
+    module: Any
+    arguments: list[Argument] | None
+    program: ProgramSignature | None = None
+
+
+def _load_module(model: str, path: Path, device: torch.device, export_lock: threading.Lock) -> LoadedModule:
     try:
         if path.suffix == ".pt2":
-            return _load_exported(path, device)
+            with export_lock:
+                return _load_exported(path, device)
         module = torch.jit.load(str(path), map_location=device)  # type: ignore[no-untyped-call]
     except TurnoutError:
         raise
@@ -151,21 +170,24 @@ def _load_module(model: str, path: Path, device: torch.device) -> tuple[Any, lis
     arguments = [Argument(a.name, a.type.kind(), str(a.type)) for a in module.forward.schema.arguments]
     if arguments and arguments[0].kind == "ClassType":
         arguments = arguments[1:]  # `self`
-    return module, arguments
+    return LoadedModule(module, arguments)
 
 
-def _load_exported(path: Path, device: torch.device) -> tuple[Any, list[Argument] | None]:
+def _load_exported(path: Path, device: torch.device) -> LoadedModule:
     try:
         program = torch.export.load(str(path))
     except Exception:
         # Not a torch.export archive: an AOTInductor package, whose signature is opaque.
         runner = torch._inductor.aoti_load_package(str(path))
-        return runner, None
+        return LoadedModule(runner, None)
+    signature = read_signature(program, CONFIG_TYPES)
     module = program.module().to(device)
-    # The graph's placeholders are renamed (lower case); the module keeps forward()'s own names.
-    parameters = inspect.signature(module.forward).parameters.values()
-    arguments = [Argument(p.name, "TensorType", "Tensor") for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
-    return module, arguments
+    names = list(signature.names)
+    if not names:
+        # The graph's placeholders are renamed (lower case); the module keeps forward()'s own names.
+        parameters = inspect.signature(module.forward).parameters.values()
+        names = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+    return LoadedModule(module, [Argument(name, "TensorType", "Tensor") for name in names], signature)
 
 
 class TorchInstance(ThreadedInstance):
@@ -174,16 +196,16 @@ class TorchInstance(ThreadedInstance):
         name: str,
         module: Any,
         device: torch.device,
-        layout: InputLayout,
+        bindings: Bindings,
         config: mc.ModelConfig,
         parameters: dict[str, str],
     ) -> None:
         super().__init__(name)
         self._module = module
         self._device = device
-        self._layout = layout
+        self._layout = bindings.inputs
         self._outputs = [(t.name, t.data_type) for t in config.output] + state_outputs(config)
-        self._indices = output_indices(config.name, [name for name, _ in self._outputs])
+        self._indices = bindings.outputs
         self._inference_mode = _bool_parameter(parameters, INFERENCE_MODE, True)
         self._optimized = not _bool_parameter(parameters, DISABLE_OPTIMIZED_EXECUTION, False)
         # Each GPU instance queues its work on a stream of its own, as Triton's backend.

@@ -10,7 +10,7 @@ import torch
 
 from protos import model_config_pb2 as mc
 from protos.datatypes import BY_NAME
-from protos.status import internal, invalid_arg
+from protos.status import invalid_arg
 
 # Every protocol datatype torch has a tensor type for; BYTES travels as List[str].
 TORCH_TYPES: dict[int, torch.dtype] = {
@@ -29,25 +29,6 @@ TORCH_TYPES: dict[int, torch.dtype] = {
     mc.TYPE_BF16: torch.bfloat16,
 }
 CONFIG_TYPES: dict[torch.dtype, int] = {dtype: config for config, dtype in TORCH_TYPES.items()}
-
-
-def check_datatypes(config: mc.ModelConfig) -> None:
-    """Refuse, with Triton's texts, tensors torch cannot carry: unknown types, and
-    strings other than a 1-D list."""
-    tensors = [("input", t) for t in config.input] + [("output", t) for t in config.output]
-    for kind, tensor in tensors:
-        if tensor.data_type == mc.TYPE_STRING:
-            dims = tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims
-            if len(dims) + (1 if config.max_batch_size > 0 else 0) > 1:
-                raise internal(
-                    f"Triton only supports 1 dimensional List of String as {kind} for '{tensor.name}' "
-                    f"for model '{config.name}'"
-                )
-        elif tensor.data_type not in TORCH_TYPES:
-            raise internal(
-                f"unsupported datatype {mc.DataType.Name(tensor.data_type)} for {kind} '{tensor.name}' "
-                f"for model '{config.name}'"
-            )
 
 
 def to_torch(array: np.ndarray, device: torch.device) -> Any:

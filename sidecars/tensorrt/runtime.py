@@ -24,8 +24,10 @@ except ImportError:  # pragma: no cover - older cuda-python
 from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME
 from protos.status import internal, invalid_arg
+from sidecars.backend_checks import refuse_optional_inputs, require_model_file
 from sidecars.config import model_file
 from sidecars.runtime import ModelInstance, RuntimeUnavailable, Tensors, ThreadedInstance
+from sidecars.tensorrt.checks import check_bindings, check_instance_kind, validate_io
 from sidecars.tensorrt.engine import (
     TRT_TYPES,
     Binding,
@@ -69,59 +71,89 @@ class TensorrtRuntime:
     def gpu_count(self) -> int:
         return int(self._count)
 
-    def _engine(self, config: mc.ModelConfig, version_dir: Path, device: int) -> Any:
-        path = model_file(config, version_dir)
-        if not path.is_file():
-            raise invalid_arg(f"unable to find '{path.name}' for model '{config.name}' in version {version_dir.name}")
+    def _deserialize(self, path: Path, device: int) -> Any:
+        """The engine in a plan file on a GPU, or None where TensorRT cannot read it."""
         _cuda(cudart.cudaSetDevice(device), "cudaSetDevice")
-        engine = self._runtime.deserialize_cuda_engine(path.read_bytes())
-        if engine is None:
-            raise internal(f"unable to load model '{config.name}': TensorRT could not deserialize {path.name}")
-        return engine
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        return self._runtime.deserialize_cuda_engine(data)
 
     def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
-        if config.input and config.output and config.max_batch_size:
-            return
-        engine = self._engine(config, version_dir, 0)
-        auto_complete(config, engine_tensors(engine), default_max_batch_size)
+        # Triton's backend takes no default max batch size: the engine's profiles set it.
+        refuse_optional_inputs(config)
+        groups = config.instance_group
+        if not groups or groups[0].kind != mc.ModelInstanceGroup.KIND_GPU:
+            return  # as Triton: only a model whose first group is on a GPU is completed
+        path = model_file(config, version_dir)
+        engine = self._deserialize(path, groups[0].gpus[0] if groups[0].gpus else 0)
+        if engine is None:
+            raise internal(f"unable to load plan file to auto complete config: {path}")
+        auto_complete(config, engine_tensors(engine))
 
     def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+        refuse_optional_inputs(config)
+        path = model_file(config, version_dir)
         engines: dict[int, Any] = {}  # one deserialized engine per GPU, shared by its contexts
         instances: list[ModelInstance] = []
-        for group in config.instance_group:
-            if group.kind != mc.ModelInstanceGroup.KIND_GPU:
-                raise invalid_arg(
-                    f"unable to load model '{config.name}', TensorRT backend only supports KIND_GPU instance groups"
-                )
-            for gpu in group.gpus:
-                if not 0 <= gpu < self._count:
-                    raise invalid_arg(
-                        f"instance group {group.name} of model {config.name} specifies invalid or unsupported "
-                        f"gpu id {gpu}"
-                    )
-                if gpu not in engines:
-                    engines[gpu] = self._engine(config, version_dir, gpu)
-                for _ in range(group.count):
-                    name = f"{group.name}_{len(instances)}"
-                    instances.append(TensorrtInstance(name, engines[gpu], gpu, config))
+        try:
+            for group in config.instance_group:
+                check_instance_kind(config, group)
+                for gpu in group.gpus:
+                    if not 0 <= gpu < self._count:
+                        raise invalid_arg(
+                            f"instance group {group.name} of model {config.name} specifies invalid or unsupported "
+                            f"gpu id {gpu}"
+                        )
+                    # As Triton, each GPU's instances are <group>_0 .. <group>_<count - 1>.
+                    for index in range(group.count):
+                        name = f"{group.name}_{index}"
+                        require_model_file(path, name)
+                        if gpu not in engines:
+                            engines[gpu] = self._deserialize(path, gpu)
+                        if engines[gpu] is None:
+                            raise internal(
+                                f"unable to load model '{config.name}': TensorRT could not deserialize {path}"
+                            )
+                        tensors = engine_tensors(engines[gpu])
+                        validate_io(config, tensors)
+                        check_bindings(config, tensors, name)
+                        instances.append(TensorrtInstance(name, engines[gpu], gpu, config))
+        except BaseException:
+            for instance in instances:
+                instance.close()
+            raise
         return instances
 
 
 def engine_tensors(engine: Any) -> list[EngineTensor]:
-    """An engine's named I/O as plain data (names, modes, types, shapes, profiles)."""
+    """An engine's named I/O as plain data (names, modes, types, shapes, profiles, formats)."""
     tensors = []
     for index in range(engine.num_io_tensors):
         name = engine.get_tensor_name(index)
         is_input = engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+        is_shape_tensor = bool(engine.is_shape_inference_io(name))
         profiles: tuple[Profile, ...] = ()
         if is_input:
             profiles = tuple(
-                Profile(*(tuple(s) for s in engine.get_tensor_profile_shape(name, p)))
-                for p in range(engine.num_optimization_profiles)
+                _profile(engine, name, p, is_shape_tensor) for p in range(engine.num_optimization_profiles)
             )
+        linear = engine.get_tensor_format(name) == trt.TensorFormat.LINEAR
         dtype = engine.get_tensor_dtype(name)
-        tensors.append(EngineTensor(name, is_input, dtype.name, tuple(engine.get_tensor_shape(name)), profiles))
+        shape = tuple(engine.get_tensor_shape(name))
+        tensors.append(EngineTensor(name, is_input, dtype.name, shape, profiles, is_shape_tensor, linear))
     return tensors
+
+
+def _profile(engine: Any, name: str, index: int, is_shape_tensor: bool) -> Profile:
+    """An input's min, opt and max under one profile: shapes, or a shape tensor's values."""
+    if is_shape_tensor:
+        bounds = engine.get_tensor_profile_values(index, name)
+    else:
+        bounds = engine.get_tensor_profile_shape(name, index)
+    low, opt, high = (tuple(int(d) for d in b) for b in bounds)
+    return Profile(low, opt, high)
 
 
 class TensorrtInstance(ThreadedInstance):

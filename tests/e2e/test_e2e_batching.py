@@ -146,7 +146,9 @@ class Client:
         )
 
     def send_in_sequence(self, sequence: int, *, start: bool = False, end: bool = False) -> asyncio.Task[float]:
-        tensor = grpcaio.InferInput("INPUT", [1, 1], "INT32")
+        # Triton's PyTorch backend takes a sequence model's tensors by `<name>__<index>` names only.
+        name = "INPUT__0" if self.model.endswith("_torch") else "INPUT"
+        tensor = grpcaio.InferInput(name, [1, 1], "INT32")
         tensor.set_data_from_numpy(np.full((1, 1), sequence, dtype=np.int32))
         call = self.grpc.infer(
             self.model,

@@ -45,9 +45,9 @@ def sequence_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
         yield running
 
 
-def _grpc_input(value: int, batch: int = 1, module: Any = grpcclient) -> list[Any]:
+def _grpc_input(value: int, batch: int = 1, module: Any = grpcclient, name: str = "INPUT") -> list[Any]:
     data = np.full([batch, 1], value, dtype=np.int32)
-    tensor = module.InferInput("INPUT", list(data.shape), "INT32")
+    tensor = module.InferInput(name, list(data.shape), "INT32")
     tensor.set_data_from_numpy(data)
     return [tensor]
 
@@ -411,10 +411,10 @@ def test_pytorch_model_keeps_implicit_state(tmp_path_factory: pytest.TempPathFac
             for sequence_id in (1, 2):
                 result = client.infer(
                     "running_sum_torch",
-                    _grpc_input(value * sequence_id),
+                    _grpc_input(value * sequence_id, name="INPUT__0"),
                     sequence_id=sequence_id,
                     sequence_start=step == 0,
                     sequence_end=step == 2,
                 )
-                sums.setdefault(sequence_id, []).append(int(_output(result)))
+                sums.setdefault(sequence_id, []).append(int(_output(result, "OUTPUT__0")))
     assert sums == {1: [6, 11, 18], 2: [11, 22, 36]}  # START adds one to the first answer only

@@ -198,7 +198,9 @@ def test_typed_string_contents(stub: service_pb2_grpc.GRPCInferenceServiceStub) 
     assert list(response.outputs[0].shape) == [1, 16]
 
 
-def test_reshape_of_rank_zero_io(client: grpcclient.InferenceServerClient) -> None:
+def test_rank_zero_io_is_dims_one_without_a_reshape(client: grpcclient.InferenceServerClient) -> None:
+    # Triton's auto-complete writes no reshape for a model that does not batch (an empty
+    # one would be a scalar config tensor); its backend feeds the model a scalar.
     config = client.get_model_config("auto_scalar").config
     assert config.max_batch_size == 0
     # As Triton's ONNX Runtime backend: a scalar is [1], with no reshape when nothing batches.
