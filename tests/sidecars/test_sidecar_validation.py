@@ -203,7 +203,6 @@ def test_rank_zero_io_is_dims_one_without_a_reshape(client: grpcclient.Inference
     # one would be a scalar config tensor); its backend feeds the model a scalar.
     config = client.get_model_config("auto_scalar").config
     assert config.max_batch_size == 0
-    # As Triton's ONNX Runtime backend: a scalar is [1], with no reshape when nothing batches.
     assert list(config.input[0].dims) == [1]
     assert not config.input[0].HasField("reshape")
     tensor = grpcclient.InferInput("X", [1], "FP32")
