@@ -409,15 +409,10 @@ CASES = [
         VERSION,
     ),
     Case(
-        "onnx_batching_without_batch_dim",
-        simple_config(
-            'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
-            'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4, 16 ] }, '
-            '{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 4, 16 ] } ]\n'
-            'output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1, 16 ] } ]\n'
-        ),
-        "model 'onnx_batching_without_batch_dim', tensor 'INPUT0': the model expects 2 dimensions (shape [-1,16]) "
-        "but the model configuration specifies 2 dimensions (shape [4,16])",
+        "onnx_config_without_batch_dim",
+        simple(replace=("max_batch_size: 8", "max_batch_size: 0")),
+        "model 'onnx_config_without_batch_dim', tensor 'INPUT0': the model expects 2 dimensions (shape [-1,16]) but "
+        "the model configuration specifies 1 dimensions (shape [16])",
         VERSION,
     ),
     # -- TorchScript ----------------------------------------------------------------------
