@@ -1,5 +1,5 @@
-"""Command-line rules both programs share: Triton's boolean flags, and what a
-`--model-repository` value may be."""
+"""Command-line rules both programs share: Triton's boolean flags, what a
+`--model-repository` value may be, and a `--log-file` that can be written."""
 
 from __future__ import annotations
 
@@ -52,4 +52,25 @@ def model_repository_option(envvar: str, *, must_exist: bool) -> Callable[[Calla
         callback=model_repositories(must_exist=must_exist),
         help="Triton model repository: a folder, s3://[host:port/]bucket/path or gs://bucket/path "
         "(repeatable; a model name may appear in only one).",
+    )
+
+
+def _writable(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value:
+        try:
+            with open(value, "a"):
+                pass
+        except OSError as exc:
+            raise click.BadParameter(f"cannot write to '{value}': {exc.strerror}", ctx, param) from None
+    return value
+
+
+def log_file_option(envvar: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--log-file`, as every command takes it: checked for writing before anything starts."""
+    return click.option(
+        "--log-file",
+        default="",
+        envvar=envvar,
+        callback=_writable,
+        help="write log lines to this file instead of the console",
     )

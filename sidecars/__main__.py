@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from protos.flags import HELP_OPTIONS, TRITON_BOOL, model_repository_option
+from protos.flags import HELP_OPTIONS, TRITON_BOOL, log_file_option, model_repository_option
 from sidecars.process import run
 from sidecars.runtime import RUNTIMES
 from sidecars.settings import ControlMode, SidecarSettings
@@ -57,7 +57,7 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--log-warning", default=True, **TRITON_BOOL)
 @click.option("--log-error", default=True, **TRITON_BOOL)
 @click.option("--log-format", default="default", type=click.Choice(["default", "ISO8601", "json"]))
-@click.option("--log-file", default="", help="write log lines to this file instead of the console")
+@log_file_option()
 @click.option("--metrics-port", default=0, type=click.IntRange(0, 65535), help="/metrics port; 0 binds a free port")
 @click.option("--allow-metrics", default=True, **TRITON_BOOL)
 @click.option(

@@ -19,6 +19,7 @@ import grpc
 from protos.lane import LaneServer
 from protos.logs import LogSettings
 from protos.ready import SIDECAR_READY, ready_line
+from protos.remote import is_remote
 from protos.rpc import MESSAGE_SIZE_OPTIONS, server_credentials
 from protos.triton_metrics import MetricsEndpoint, on_loop
 from sidecars.metrics import SidecarMetrics
@@ -105,6 +106,9 @@ async def serve(settings: SidecarSettings) -> int:
     except OSError as exc:
         log.error("cannot serve TLS: %s", exc)
         return 1
+    for problem in _unusable_repositories(settings):
+        log.error("%s", problem)
+        return 1
     runtime = _runtime(settings)
     if runtime is None:
         return 1
@@ -180,6 +184,19 @@ async def serve(settings: SidecarSettings) -> int:
     except TimeoutError:
         log.warning("models did not release within the exit timeout")
     return 0
+
+
+def _unusable_repositories(settings: SidecarSettings) -> list[str]:
+    """Triton's refusal to start on a local repository that is not a folder."""
+    problems = []
+    for root in settings.model_repositories:
+        if is_remote(root):
+            continue
+        if not os.path.exists(root):
+            problems.append(f"failed to stat file {root}")
+        elif not os.path.isdir(root):
+            problems.append(f"repository path is not a valid directory: {root}")
+    return problems
 
 
 def _start_registration(

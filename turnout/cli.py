@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from gateway.settings import GatewaySettings, SidecarAddress
-from protos.flags import HELP_OPTIONS, TRITON_BOOL, model_repository_option
+from protos.flags import HELP_OPTIONS, TRITON_BOOL, log_file_option, model_repository_option
 
 
 def _check_restrictions(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
@@ -29,7 +29,7 @@ def _check_restrictions(ctx: click.Context, param: click.Parameter, specs: tuple
 
 
 def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         click.option("--host", default="0.0.0.0", show_default=True, help="Address the front ends bind."),
         click.option("--http-port", type=int, default=8000, show_default=True),
         click.option("--grpc-port", type=int, default=8001, show_default=True),
@@ -54,7 +54,7 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--log-format", type=click.Choice(["default", "ISO8601", "json"]), default="default", show_default=True
         ),
-        click.option("--log-file", default="", help="write log lines to this file instead of the console"),
+        log_file_option(),
         click.option(
             "--routing",
             type=click.Path(exists=True, dir_okay=False),
