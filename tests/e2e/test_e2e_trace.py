@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 
 from tests.e2e.otlp_receiver import READY
 from tests.e2e.simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
-from tests.harness import ROOT, eventually, pump_lines, terminate, turnout_up, write_repository
+from tests.harness import ROOT, eventually, make_models, pump_lines, terminate, turnout_up, write_repository
 
 TRACING_ON = ("--trace-config=level=TIMESTAMPS", "--trace-config=rate=1")
 HTTP_ORDER = [
@@ -250,3 +250,50 @@ def test_opentelemetry_spans_with_the_clients_context(tmp_path: Path) -> None:
             assert f"traceparent '00-{HTTP_PARENT[0]}-" in server.output()
     check_trace(spans, HTTP_PARENT, "HTTP", "otel-http")
     check_trace(spans, GRPC_PARENT, "GRPC", "otel-grpc")
+
+
+def test_ensemble_steps_and_stream_requests(tmp_path: Path) -> None:
+    repo = write_repository(tmp_path / "repo", ("simple",))
+    pair = {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}
+    chain = [
+        ("simple", -1, pair, {"OUTPUT0": "s1", "OUTPUT1": "d1"}),
+        ("simple", -1, {"INPUT0": "s1", "INPUT1": "d1"}, {"OUTPUT0": "SUM", "OUTPUT1": "DIFF"}),
+    ]
+    tensors = [("INPUT0", "INT32", [16]), ("INPUT1", "INT32", [16])]
+    make_models().write_ensemble(repo, "twice", tensors, [("SUM", "INT32", [16]), ("DIFF", "INT32", [16])], chain)
+    path = tmp_path / "trace.json"
+    a, b = simple_arrays()
+    with turnout_up(repo, f"--trace-config=triton,file={path}", *TRACING_ON) as server:
+        with httpclient.InferenceServerClient(server.http) as client:
+            result = client.infer("twice", http_inputs(a, b), request_id="ensemble-1")
+            assert (result.as_numpy("SUM") == 2 * a).all()
+        client = grpcclient.InferenceServerClient(server.grpc)
+        answers: queue.Queue[Any] = queue.Queue()
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            for request_id in ("stream-1", "stream-2"):
+                client.async_stream_infer("simple", grpc_inputs(a, b), request_id=request_id)
+            for _ in range(2):
+                result, error = answers.get(timeout=20)
+                assert error is None
+                assert no_trace_parameter(result.get_response().parameters)
+        finally:
+            client.stop_stream()
+            client.close()
+    records = json.loads(path.read_text())
+    heads = {record["id"]: record for record in records if "model_name" in record}
+    parent = next(head for head in heads.values() if head["model_name"] == "twice")
+    assert "parent_id" not in parent
+    children = [head for head in heads.values() if head.get("parent_id") == parent["id"]]
+    assert [child["model_name"] for child in children] == ["simple", "simple"]
+    stamps: dict[int, list[str]] = {}
+    for record in records:
+        for stamp in record.get("timestamps", []):
+            stamps.setdefault(record["id"], []).append(stamp["name"])
+    assert stamps[parent["id"]] == [*HTTP_ORDER[:3], "REQUEST_END", *HTTP_ORDER[-3:]]  # no queue of its own
+    for child in children:
+        assert stamps[child["id"]] == HTTP_ORDER[2:9]
+    streamed = traces_in([r for r in records if r["id"] not in (parent["id"], *(c["id"] for c in children))])
+    assert sorted(streamed) == ["stream-1", "stream-2"]
+    for trace in streamed.values():
+        assert_well_ordered(trace, GRPC_ORDER)
