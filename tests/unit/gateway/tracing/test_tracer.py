@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from gateway.tracing import trace as names
@@ -10,6 +12,7 @@ from gateway.tracing.config import TIMESTAMPS, TraceConfig
 from gateway.tracing.trace import Trace
 from gateway.tracing.tracer import Tracer
 from protos.trace import SIDECAR_TIMESTAMPS, SidecarReport
+from tests.harness import ROOT
 
 
 class Ticks:
@@ -151,3 +154,16 @@ async def test_untraced_when_off(tmp_path: Path) -> None:
     assert tracer.sample("simple", {}) is None
     await tracer.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_gateway_imports_no_opentelemetry_sdk_unless_asked() -> None:
+    """The SDK is an extra: a gateway that does not export spans must start without it."""
+    code = (
+        "import sys, gateway.app, gateway.http.front, gateway.tracing.tracer\n"
+        "from gateway.tracing.tracer import Tracer\n"
+        "Tracer()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
