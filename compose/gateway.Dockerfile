@@ -10,7 +10,8 @@ COPY turnout turnout
 COPY gateway gateway
 COPY sidecars sidecars
 COPY bench bench
-RUN /opt/turnout/bin/pip install .
+# The trace extra: the OpenTelemetry SDK, for --trace-config mode=opentelemetry.
+RUN /opt/turnout/bin/pip install '.[trace]'
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin turnout

@@ -14,7 +14,8 @@ A request goes front end -> `core.Gateway` -> `routing` -> `upstream` -> a sidec
 - `ensemble` and `ensemble_plan`: ensembles, run by the gateway across sidecars.
 - `shm`: client shared-memory regions and an inference's tensors resolved against them.
 - `metrics` (the gateway's own counters) and `metrics_port` (what a scrape answers, the
-  fleet's Triton families included); `observability`: trace and log settings.
+  fleet's Triton families included); `tracing/`: the trace extension, its settings and
+  where traces go (its own map).
 - `settings` and `app`: the settings value and the composition root with its lifecycle.
 
 Never imports `sidecars/`; both depend on `protos/`.

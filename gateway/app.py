@@ -28,7 +28,6 @@ from gateway.discovery import ConsulRegistry
 from gateway.grpc_front import build_grpc_server
 from gateway.metrics import GatewayMetrics
 from gateway.metrics_port import FleetMetrics, MetricsServer
-from gateway.observability import LogSettings
 from gateway.registry import ModelRegistry, StaticRegistry
 from gateway.restrictions import parse_restrictions
 from gateway.routing.dispatch import Dispatcher
@@ -37,7 +36,9 @@ from gateway.routing.replicas import Balancer
 from gateway.routing.versions import PolicyError
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
+from gateway.tracing.tracer import Tracer
 from gateway.upstream import SidecarClient, SidecarTls
+from protos.logs import LogSettings
 from protos.ready import GATEWAY_READY, ready_line
 from protos.rpc import server_credentials
 
@@ -216,7 +217,17 @@ async def serve(
     models: ModelRegistry = discovery if discovery is not None else StaticRegistry(clients)
     dispatcher = Dispatcher(models, policies, balancer, metrics, rng)
     shared_memory = SharedMemory(settings.allow_client_shm)
-    gateway = Gateway(settings, models, shared_memory, metrics, logs=logs, dispatcher=dispatcher)
+    try:
+        tracer = Tracer(settings.trace)
+    except ImportError as exc:  # OpenTelemetry mode without the SDK
+        print(
+            f"turnout gateway: --trace-config mode=opentelemetry needs the OpenTelemetry SDK "
+            f"(pip install 'turnout[trace]'): {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    gateway = Gateway(settings, models, shared_memory, metrics, tracer=tracer, logs=logs, dispatcher=dispatcher)
     # The Consul watches run for the gateway's whole life; cancelled in the finally below.
     watches: list[asyncio.Task[None]] = []
 
@@ -312,6 +323,8 @@ async def serve(
             watch.cancel()
         await asyncio.gather(*watches, return_exceptions=True)
         await gateway.close()
+        # After the drain: the traces of the last requests are written or exported.
+        await tracer.close()
         await balancer.close()
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
         if discovery is not None:

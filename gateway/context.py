@@ -1,23 +1,30 @@
 """What travels beside a request from a front end through the gateway: the caller's
-headers or metadata, its deadline, and the sequence the request belongs to."""
+headers or metadata, its deadline, the sequence the request belongs to, and its trace
+when it is traced."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from protos.sequence import SequenceFlags
+
+if TYPE_CHECKING:
+    from gateway.tracing.trace import Trace
 
 
 @dataclass(frozen=True)
 class RequestContext:
     """What a front end passes beside the request: its headers (HTTP) or metadata (gRPC),
     lower-cased, and the client's deadline on the time.monotonic() clock, if any; the
-    gateway adds the request's sequence, if it belongs to one."""
+    gateway adds the request's sequence, if it belongs to one. A front end that samples
+    the request for tracing passes its Trace."""
 
     headers: Mapping[str, str] = field(default_factory=dict)
     deadline: float | None = None
     sequence: SequenceFlags | None = None
+    trace: Trace | None = None
 
 
 NO_CONTEXT = RequestContext()

@@ -20,7 +20,6 @@ from gateway.context import NO_CONTEXT, RequestContext
 from gateway.ensemble import ENSEMBLE_FRAMEWORK, Ensembles
 from gateway.fleet import combine_indexes, combine_statistics, on_replicas
 from gateway.metrics import GatewayMetrics
-from gateway.observability import LogSettings, TraceSettings
 from gateway.registry import ModelRegistry
 from gateway.routing.dispatch import Dispatcher, with_version
 from gateway.routing.policy_sources import PolicyStore
@@ -28,11 +27,20 @@ from gateway.routing.replicas import Balancer
 from gateway.routing.shadows import ShadowMirror
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory, uses_shared_memory
+from gateway.tracing.trace import REQUEST_END
+from gateway.tracing.tracer import Tracer
 from gateway.upstream import READY_TIMEOUT_SECS, SidecarClient
 from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos.identity import GATEWAY_EXTENSIONS, server_metadata
-from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, fill_log_response, log_updates, request_id_parameter
+from protos.logs import (
+    REQUEST_ID,
+    REQUEST_ID_PARAMETER,
+    LogSettings,
+    fill_log_response,
+    log_updates,
+    request_id_parameter,
+)
 from protos.sequence import sequence_of
 from protos.status import Status, TurnoutError, invalid_arg, not_found, unavailable, unsupported
 
@@ -58,7 +66,7 @@ class Gateway:
         registry: ModelRegistry,
         shared_memory: SharedMemory,
         metrics: GatewayMetrics,
-        traces: TraceSettings | None = None,
+        tracer: Tracer | None = None,
         logs: LogSettings | None = None,
         dispatcher: Dispatcher | None = None,
     ) -> None:
@@ -71,7 +79,7 @@ class Gateway:
         self.ensembles = Ensembles(registry, self._dispatcher)
         self._shm = shared_memory
         self._metrics = metrics
-        self._traces = traces or TraceSettings()
+        self.tracer = tracer or Tracer()
         self._logs = logs or LogSettings.of(settings)
         self._draining = False
         self._request_prefix = os.urandom(4).hex()  # ids unique to this gateway process
@@ -153,8 +161,11 @@ class Gateway:
             request_id = f"{self._request_prefix}-{self._request_count}"
             carry = verbose
         REQUEST_ID.set(request_id)
+        trace = context.trace
         if not self._registry.replicas(model, ""):
             await self._owner(model)  # an unknown model fails here, before it counts as a request
+        if trace is not None:
+            trace.start_request(request.model_version, request.id)
         sequence = sequence_of(request)
         if sequence is not None:
             context = replace(context, sequence=sequence)  # its requests stay on one replica and version
@@ -179,7 +190,10 @@ class Gateway:
                     payload = with_version(payload, version)
                 if carry:
                     payload += request_id_parameter(request_id)
-                response = await self._dispatcher.send(model, version, payload, context)
+                if trace is None:
+                    response = await self._dispatcher.send(model, version, payload, context)
+                else:
+                    response = await self._dispatcher.send_traced(trace, model, version, payload, context)
                 if decision.shadow:
                     # After the primary answered, so the copy can neither delay nor fail it.
                     self._shadows.mirror(model, decision.shadow, payload, response)
@@ -188,6 +202,9 @@ class Gateway:
             self._metrics.observe_request(model, version or "default", protocol, time.perf_counter() - started)
             logger.info("infer failed: %s", exc.message)
             raise
+        finally:
+            if trace is not None:
+                trace.stamp(REQUEST_END)
         self._metrics.count_request(model, protocol, True)
         self._metrics.observe_request(model, version or "default", protocol, time.perf_counter() - started)
         if verbose:
@@ -198,7 +215,12 @@ class Gateway:
         """Infer with shared-memory tensors resolved: input regions become raw contents,
         output regions receive the raw outputs, which leave the response empty."""
         forward, targets = self._shm.resolve_request(request, version)
-        encoded = await self._dispatcher.send(request.model_name, version, forward.SerializeToString(), context)
+        payload = forward.SerializeToString()
+        trace = context.trace
+        if trace is None:
+            encoded = await self._dispatcher.send(request.model_name, version, payload, context)
+        else:
+            encoded = await self._dispatcher.send_traced(trace, request.model_name, version, payload, context)
         return self._shm.write_outputs(encoded, targets)
 
     async def _infer_ensemble(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:
@@ -375,13 +397,11 @@ class Gateway:
     # --- trace and log settings ------------------------------------------------------------
 
     def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+        settings = self.tracer.settings
         if request.settings:
-            updates = {key: list(value.value) for key, value in request.settings.items()}
-            current = self._traces.update(request.model_name, updates)
-        else:
-            current = self._traces.get(request.model_name)
+            settings.update(request.model_name, {key: list(value.value) for key, value in request.settings.items()})
         response = pb.TraceSettingResponse()
-        for key, values in current.items():
+        for key, values in settings.report(request.model_name).items():
             response.settings[key].value.extend(values)
         return response
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.context import RequestContext
 from gateway.ensemble_plan import Plan, Step, build_plan
 from gateway.registry import ModelRegistry
 from gateway.routing.dispatch import Dispatcher
+from gateway.tracing.trace import REQUEST_END, Trace
 from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc
@@ -247,7 +248,10 @@ class Ensembles:
         version = step.version or self._dispatcher.decide(step.model, "", context).version
         forward.model_version = version
         try:
-            encoded = await self._dispatcher.send(step.model, version, forward.SerializeToString(), context)
+            if context.trace is None:
+                encoded = await self._dispatcher.send(step.model, version, forward.SerializeToString(), context)
+            else:
+                encoded = await self._send_step_traced(context.trace, step.model, version, forward, context)
         except TurnoutError as exc:
             raise in_ensemble(plan.name, exc) from exc
         response = pb.ModelInferResponse.FromString(encoded)
@@ -260,6 +264,19 @@ class Ensembles:
                 data = raw[index] if index < len(raw) else b""
                 results[produced_as] = Tensor(output.datatype, tuple(output.shape), data)
         return results
+
+    async def _send_step_traced(
+        self, trace: Trace, model: str, version: str, forward: pb.ModelInferRequest, context: RequestContext
+    ) -> bytes:
+        """A step of a traced ensemble request runs under a child trace of its own, as Triton's."""
+        child = trace.child(model, version)
+        child.start_request(version, forward.id)
+        try:
+            payload = forward.SerializeToString()
+            return await self._dispatcher.send_traced(child, model, version, payload, replace(context, trace=child))
+        finally:
+            child.stamp(REQUEST_END)
+            child.finish()
 
 
 def in_ensemble(ensemble: str, error: TurnoutError) -> TurnoutError:

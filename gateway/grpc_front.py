@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -21,6 +22,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gateway.context import NO_CONTEXT, RequestContext
 from gateway.core import Gateway
 from gateway.restrictions import GRPC_METHOD_GROUPS, Restriction, grpc_refusal
+from gateway.tracing.trace import (
+    GRPC_SEND_END,
+    GRPC_SEND_START,
+    GRPC_WAITREAD_END,
+    GRPC_WAITREAD_START,
+    INFER_RESPONSE_COMPLETE,
+    Trace,
+)
 from protos import grpc_service_pb2 as pb
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE, abort_call
 from protos.status import TurnoutError, invalid_arg
@@ -146,6 +155,11 @@ def guarded_stream(
     return call
 
 
+def _sent(trace: Trace) -> None:
+    trace.stamp(GRPC_SEND_END)
+    trace.finish()
+
+
 class InferenceService:
     """The v2 methods, each a translation to one Gateway call."""
 
@@ -168,12 +182,27 @@ class InferenceService:
         return await self._gateway.model_metadata(request)
 
     async def ModelInfer(self, request: bytes, context: Any) -> bytes:
-        return await self._gateway.infer(_parse_infer(request), request, _request_context(context))
+        parsed = _parse_infer(request)
+        call_context = _request_context(context)
+        trace = self._gateway.tracer.sample(parsed.model_name, call_context.headers)
+        if trace is None:
+            return await self._gateway.infer(parsed, request, call_context)
+        # grpc hands the handler a request already read: the wait for it cannot be seen,
+        # so both GRPC_WAITREAD timestamps mark its arrival here.
+        trace.stamp(GRPC_WAITREAD_START)
+        trace.stamp(GRPC_WAITREAD_END)
+        context.add_done_callback(lambda _: _sent(trace))
+        try:
+            response = await self._gateway.infer(parsed, request, replace(call_context, trace=trace))
+            trace.stamp(INFER_RESPONSE_COMPLETE)
+            return response
+        finally:
+            trace.stamp(GRPC_SEND_START)
 
     async def ModelStreamInfer(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         # Each request runs concurrently; its response (or in-band error) is queued as
         # it completes. The stream ends once the client is done and all have answered.
-        responses: asyncio.Queue[bytes | None] = asyncio.Queue()
+        responses: asyncio.Queue[bytes | tuple[bytes, Trace] | None] = asyncio.Queue()
         call_context = _request_context(context)
 
         async def one(encoded: bytes) -> None:
@@ -181,6 +210,10 @@ class InferenceService:
             try:
                 request = _parse_infer(encoded)
                 request_id = request.id
+                trace = self._gateway.tracer.sample(request.model_name, call_context.headers)
+                if trace is not None:
+                    await self._traced_stream_one(request, encoded, replace(call_context, trace=trace), responses)
+                    return
                 responses.put_nowait(stream_response(await self._gateway.infer(request, encoded, call_context)))
             except TurnoutError as exc:
                 responses.put_nowait(stream_error(exc.message, request_id))
@@ -204,10 +237,36 @@ class InferenceService:
         reader = asyncio.ensure_future(run())
         try:
             while (response := await responses.get()) is not None:
-                yield response
+                if isinstance(response, bytes):
+                    yield response
+                    continue
+                answer, trace = response
+                trace.stamp(GRPC_SEND_START)
+                yield answer  # grpc resumes the generator once the response is written
+                _sent(trace)
             await reader
         finally:
             reader.cancel()
+
+    async def _traced_stream_one(
+        self,
+        request: pb.ModelInferRequest,
+        encoded: bytes,
+        context: RequestContext,
+        responses: asyncio.Queue[bytes | tuple[bytes, Trace] | None],
+    ) -> None:
+        """One traced request of a stream; its response is queued with its trace."""
+        trace = context.trace
+        assert trace is not None
+        trace.stamp(GRPC_WAITREAD_START)
+        trace.stamp(GRPC_WAITREAD_END)
+        try:
+            answer = await self._gateway.infer(request, encoded, context)
+        except BaseException:
+            trace.finish()
+            raise
+        trace.stamp(INFER_RESPONSE_COMPLETE)
+        responses.put_nowait((stream_response(answer), trace))
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
         return await self._gateway.model_config(request)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gateway.tracing.config import TraceConfig
+
 
 @dataclass(frozen=True)
 class SidecarAddress:
@@ -37,6 +39,7 @@ class GatewaySettings:
     log_error: bool = True
     log_format: str = "default"
     log_file: str = ""  # lines go to this file instead of the console (Triton's --log-file)
+    trace: TraceConfig = field(default_factory=TraceConfig)  # --trace-config, the trace API's start values
     sidecars: tuple[SidecarAddress, ...] = field(default_factory=tuple)
     # The fleet: discover sidecars in Consul (HOST:PORT of an agent's HTTP API) instead of `sidecars`.
     consul: str = ""

@@ -20,6 +20,7 @@ from protos.lane import LaneClient
 from protos.logs import REQUEST_ID
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS
 from protos.status import Status, TurnoutError, status_from_grpc, unavailable
+from protos.trace import TRACEPARENT
 
 M = TypeVar("M", bound=Message)
 
@@ -128,8 +129,10 @@ class SidecarClient:
     def __repr__(self) -> str:
         return f"SidecarClient({self.framework!r}, {self.address!r})"
 
-    async def infer(self, encoded: bytes) -> bytes:
-        """Forward a serialized ModelInferRequest; return the serialized response."""
+    async def infer(self, encoded: bytes, traceparent: str = "") -> bytes:
+        """Forward a serialized ModelInferRequest; return the serialized response. A traced
+        request's `traceparent` rides the gRPC call's metadata (on the lane, the request's
+        own trace parameter carries it)."""
         if self._lane is not None:
             try:
                 # The request id rides the frame, so the sidecar's lines name it at any level.
@@ -141,7 +144,10 @@ class SidecarClient:
                     raise SidecarUnreachable(exc.status, exc.message) from exc
                 raise
         try:
-            response: bytes = await self._infer(encoded)
+            if traceparent:
+                response: bytes = await self._infer(encoded, metadata=((TRACEPARENT, traceparent),))
+            else:
+                response = await self._infer(encoded)
         except grpc.aio.AioRpcError as exc:
             raise _translate(exc, self.tls) from exc
         return response

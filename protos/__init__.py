@@ -3,7 +3,8 @@ the same way (one owner each).
 
 - The wire: `*.proto` and their generated modules (`generate`, `pool`), `rpc` (the service,
   its methods, channel limits, TLS credentials, the one gRPC error ladder), `wire`
-  (protobuf fields appended by hand), `lane` (the gateway-sidecar infer lane).
+  (protobuf fields appended and walked by hand), `lane` (the gateway-sidecar infer lane),
+  `trace` (what a traced request and its answer carry across that hop).
 - Tensors and requests: `datatypes`, `codec`, `sequence` (sequence id and flags).
 - Errors: `status` (the error type and its HTTP and gRPC tables).
 - Servers: `identity` (server name, version, extensions), `ready` (the ready line),

@@ -33,12 +33,14 @@ class BatchDurations:
 
 @dataclass(frozen=True)
 class BatchTimes:
-    """What one execution of a batch cost, shared by every request in it."""
+    """What one execution of a batch cost, shared by every request in it, and when it
+    started (the batcher's monotonic clock; what a traced request reports as COMPUTE_START)."""
 
     size: int
     input_ns: int
     infer_ns: int
     output_ns: int
+    start_ns: int = 0
 
 
 class VersionStatistics:

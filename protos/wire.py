@@ -1,9 +1,14 @@
-"""Protobuf's wire format written by hand, for the few places that append a field to
-bytes received from a peer instead of parsing and re-encoding the whole message:
-a parser merges an appended field into the message (a later scalar wins, a map gains
-the entry)."""
+"""Protobuf's wire format written and read by hand, for the few places that touch bytes
+received from a peer instead of parsing and re-encoding the whole message: a parser
+merges an appended field into the message (a later scalar wins, a map gains the entry),
+and `fields` walks a message's top-level fields without decoding their contents."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import NamedTuple
+
+VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
 
 
 def varint(value: int) -> bytes:
@@ -19,3 +24,55 @@ def varint(value: int) -> bytes:
 def length_delimited(number: int, data: bytes) -> bytes:
     """Field `number` holding `data` (bytes, a string or a serialized message): wire type 2."""
     return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
+    """The varint at `position` and the position after it; ValueError where it is cut off."""
+    value = shift = 0
+    while True:
+        if position >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+
+
+class Field(NamedTuple):
+    """One top-level field: its number and wire type, where it starts (its tag), where
+    its value starts (after a length prefix, for wire type 2) and where it ends."""
+
+    number: int
+    wire_type: int
+    start: int
+    value_start: int
+    end: int
+
+
+def fields(data: bytes | memoryview) -> Iterator[Field]:
+    """The top-level fields of a serialized message, in the order they lie; ValueError
+    for bytes that are not one (group wire types included, which proto3 never writes)."""
+    position = 0
+    size = len(data)
+    while position < size:
+        start = position
+        tag, position = read_varint(data, position)
+        number, wire_type = tag >> 3, tag & 7
+        if wire_type == VARINT:
+            _, end = read_varint(data, position)
+            value_start = position
+        elif wire_type == FIXED64:
+            value_start, end = position, position + 8
+        elif wire_type == FIXED32:
+            value_start, end = position, position + 4
+        elif wire_type == LENGTH_DELIMITED:
+            length, value_start = read_varint(data, position)
+            end = value_start + length
+        else:
+            raise ValueError(f"unsupported wire type {wire_type}")
+        if end > size:
+            raise ValueError("truncated field")
+        yield Field(number, wire_type, start, value_start, end)
+        position = end

@@ -376,7 +376,7 @@ class DynamicBatcher:
         inferred = self._clock()
         slices = _split(batch, outputs) if self._batched and len(batch) > 1 else [outputs]
         done = self._clock()
-        times = BatchTimes(rows, computed - start, inferred - computed, done - inferred)
+        times = BatchTimes(rows, computed - start, inferred - computed, done - inferred, start)
         self._stats.record_batch(times)
 
         def deliver() -> None:

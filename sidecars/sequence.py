@@ -526,7 +526,7 @@ class SequenceBatcher:
                     row.pending.future.set_exception(BackendFailure.of(exc))
             return
         inferred = self._clock()
-        times = BatchTimes(len(real), computed - start, inferred - computed, self._clock() - inferred)
+        times = BatchTimes(len(real), computed - start, inferred - computed, self._clock() - inferred, start)
         self._stats.record_batch(times)
         for position, row in enumerate(rows):
             pending = row.pending

@@ -19,7 +19,8 @@ from protos.identity import SIDECAR_EXTENSIONS, server_metadata
 from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_response, log_updates
 from protos.rpc import METHODS, abort_call
 from protos.status import TurnoutError, invalid_arg, not_found, unavailable, unsupported
-from sidecars.batcher import BackendFailure
+from protos.trace import TRACE_PARAMETER, timestamps_text
+from sidecars.batcher import BackendFailure, Result
 from sidecars.config import parse_override, poll_failure
 from sidecars.models import LoadedVersion, ModelManager
 from sidecars.responses import build_response
@@ -137,7 +138,14 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             request_id = request_id or parameters[REQUEST_ID_PARAMETER].string_param
             del parameters[REQUEST_ID_PARAMETER]
         REQUEST_ID.set(request_id)
+        # A request the gateway traces asks for this sidecar's timestamps (protos.trace).
+        traced = TRACE_PARAMETER in parameters
         verbose = log.isEnabledFor(logging.DEBUG)
+        if traced:
+            traceparent = parameters[TRACE_PARAMETER].string_param
+            del parameters[TRACE_PARAMETER]
+            if verbose:
+                log.debug("traced request (traceparent '%s')", traceparent)
         if verbose:
             log.debug("infer model '%s' version '%s'", request.model_name, request.model_version)
         loaded: LoadedVersion = self.manager.resolve(request.model_name, request.model_version)
@@ -163,7 +171,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             loaded.stats.record_failure(time.monotonic_ns() - start, "CANCELED")
             log.debug("infer cancelled by its client")
             raise
-        loaded.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.times)
+        end = time.monotonic_ns()
+        loaded.stats.record_success(end - start, result.queue_ns, result.times)
+        if traced:
+            response.parameters[TRACE_PARAMETER].string_param = _timestamps(start, end, result)
         if verbose:
             log.debug("infer done in %d us", (time.monotonic_ns() - start) // 1000)
         return response
@@ -314,6 +325,18 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         response = pb.LogSettingsResponse()
         fill_log_response(current, response)
         return response
+
+
+def _timestamps(start_ns: int, end_ns: int, result: Result) -> str:
+    """A traced request's protos.trace.SIDECAR_TIMESTAMPS, from its batch's times."""
+    times = result.times
+    compute_start = times.start_ns
+    input_end = compute_start + times.input_ns
+    output_start = input_end + times.infer_ns
+    compute_end = output_start + times.output_ns
+    return timestamps_text(
+        (start_ns, compute_start - result.queue_ns, compute_start, input_end, output_start, compute_end, end_ns)
+    )
 
 
 FLEET_HEALTH_SERVICE = "turnout.Sidecar"

@@ -28,7 +28,47 @@ def _check_restrictions(ctx: click.Context, param: click.Parameter, specs: tuple
     return specs
 
 
+def _trace_config(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> Any:
+    """--trace-config, with Triton's deprecated --trace-* flags read first (so, as in
+    Triton, --trace-config overrides them), into one TraceConfig; each ignored setting
+    gets one warning line."""
+    from gateway.tracing.config import TraceConfigError, parse_trace_config
+
+    deprecated = []
+    for flag, spec in _DEPRECATED_TRACE_FLAGS.items():
+        for value in ctx.params.pop(flag, ()) or ():
+            deprecated.append(f"{spec}={value}")
+    try:
+        config, warnings = parse_trace_config([*deprecated, *specs])
+    except TraceConfigError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    for warning in warnings:
+        click.echo(f"turnout: {warning}", err=True)
+    return config
+
+
+# Triton's deprecated spellings of --trace-config settings.
+_DEPRECATED_TRACE_FLAGS = {
+    "trace_file": "triton,file",
+    "trace_level": "level",
+    "trace_rate": "rate",
+    "trace_count": "count",
+    "trace_log_frequency": "triton,log-frequency",
+}
+
+
 def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    deprecated_trace = [
+        click.option(
+            f"--{name.replace('_', '-')}",
+            name,
+            multiple=True,
+            is_eager=True,
+            expose_value=True,
+            help=f"Triton's deprecated form of --trace-config {spec}=VALUE.",
+        )
+        for name, spec in _DEPRECATED_TRACE_FLAGS.items()
+    ]
     options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         click.option("--host", default="0.0.0.0", show_default=True, help="Address the front ends bind."),
         click.option("--http-port", type=int, default=8000, show_default=True),
@@ -55,6 +95,16 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
             "--log-format", type=click.Choice(["default", "ISO8601", "json"]), default="default", show_default=True
         ),
         log_file_option(),
+        *deprecated_trace,
+        click.option(
+            "--trace-config",
+            "trace",
+            multiple=True,
+            callback=_trace_config,
+            help="Triton's trace settings, repeatable: level=TIMESTAMPS, rate=N, count=N, mode=triton|opentelemetry, "
+            "triton,file=PATH, triton,log-frequency=N, opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, "
+            "opentelemetry,bsp_max_queue_size=N, ...",
+        ),
         click.option(
             "--routing",
             type=click.Path(exists=True, dir_okay=False),

@@ -13,6 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -35,6 +36,14 @@ from gateway.http.parsing import INFER_HEADER, OutputRendering, header_length, p
 from gateway.http.rendering import render_infer_response
 from gateway.restrictions import Restriction, http_refusal, parse_restrictions
 from gateway.settings import GatewaySettings
+from gateway.tracing.trace import (
+    HTTP_RECV_END,
+    HTTP_RECV_START,
+    HTTP_SEND_END,
+    HTTP_SEND_START,
+    INFER_RESPONSE_COMPLETE,
+    Trace,
+)
 from protos.grpc_service_pb2 import (
     CudaSharedMemoryStatusRequest,
     CudaSharedMemoryUnregisterRequest,
@@ -76,7 +85,8 @@ _SERVER = re.compile(r"/v2(?:/health/(live|ready))?")
 _SYSTEM_SHM = re.compile(r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 _CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|register|unregister)")
 _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
-_TRACE = "/v2/trace/setting"
+_TRACE_PATH = "/v2/trace/setting"
+_TRACE = "turnout.trace"  # the scope key under which a traced request's Trace waits for its send
 
 
 class _MethodNotAllowed(Exception):
@@ -235,6 +245,15 @@ class HttpFront:
             raise _Restricted(restriction)
 
     async def handle(self, request: Request) -> Response:
+        response = await self._answer(request)
+        trace: Trace | None = request.scope.get(_TRACE)
+        if trace is not None:
+            # Sent by starlette once returned; its background runs after the body is sent.
+            trace.stamp(HTTP_SEND_START)
+            response.background = BackgroundTask(_sent, trace)
+        return response
+
+    async def _answer(self, request: Request) -> Response:
         raw_path = request.scope.get("raw_path")
         path = raw_path.decode("utf-8", errors="replace") if raw_path else request.url.path
         path = path.partition("?")[0]
@@ -286,7 +305,7 @@ class HttpFront:
         if match := _REPOSITORY.fullmatch(path):
             self._allow(request, "model-repository")
             return await self._repository(request, match.group(1), match.group(3), match.group(4))
-        if path == _TRACE:
+        if path == _TRACE_PATH:
             self._allow(request, "trace")
             return await self._trace(request, "")
         raise _NotFound
@@ -328,6 +347,10 @@ class HttpFront:
         return _json(messages.statistics(response))
 
     async def _infer(self, request: Request, name: str, version: str) -> Response:
+        trace = self._gateway.tracer.sample(name, request.headers)
+        if trace is not None:
+            trace.stamp(HTTP_RECV_START)
+            request.scope[_TRACE] = trace  # `handle` stamps the send, whatever the answer
         limit = self._settings.http_max_input_size
         encoding = check_encoding(request.headers.get("content-encoding"))
         header = request.headers.get(INFER_HEADER)
@@ -335,6 +358,8 @@ class HttpFront:
         if encoding is None and declared is not None:
             header_length(header, declared)  # Triton checks the header's range before the body's size
         body = await _read(request, limit, encoding, _infer_too_large(header, limit))
+        if trace is not None:
+            trace.stamp(HTTP_RECV_END)
         json_length = header_length(header, len(body))
         infer_request: ModelInferRequest
         rendering: OutputRendering
@@ -345,10 +370,12 @@ class HttpFront:
             infer_request, rendering = parse_infer_request(body, json_length, name, version, limit)
 
         # starlette's headers are a case-insensitive Mapping; routing reads its sticky key there.
-        context = RequestContext(request.headers)
+        context = RequestContext(request.headers, trace=trace)
         encoded = await _while_connected(request, self._gateway.infer(infer_request, None, context))
         response = ModelInferResponse.FromString(encoded)
         content, binary_header = render_infer_response(response, rendering)
+        if trace is not None:
+            trace.stamp(INFER_RESPONSE_COMPLETE)
         headers: dict[str, str] = {}
         if binary_header is not None:
             media_type = "application/octet-stream"
@@ -432,6 +459,11 @@ class HttpFront:
         answer = self._gateway.log_settings(log)
         await self._gateway.forward_log_settings(log)
         return _json(messages.log_settings(answer))
+
+
+async def _sent(trace: Trace) -> None:
+    trace.stamp(HTTP_SEND_END)
+    trace.finish()
 
 
 def build_http_app(gateway: Gateway, settings: GatewaySettings) -> Starlette:

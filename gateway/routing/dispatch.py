@@ -20,10 +20,12 @@ from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
 from gateway.routing.sequences import Pin, SequencePins
 from gateway.routing.versions import Decision, Reason, VersionChooser
+from gateway.tracing.trace import Trace
 from gateway.upstream import SidecarClient, SidecarUnreachable
 from protos import grpc_service_pb2 as pb
 from protos.sequence import SequenceFlags
 from protos.status import not_found, unavailable
+from protos.trace import take_report, trace_parameter
 from protos.wire import length_delimited
 
 _MODEL_VERSION_FIELD = pb.ModelInferRequest.MODEL_VERSION_FIELD_NUMBER
@@ -104,7 +106,7 @@ class Dispatcher:
             if pin is not None:
                 if sequence.end:
                     self._pins.end(model, sequence)
-                return await self._send_pinned(model, sequence, pin, payload)
+                return await self._send_pinned(model, sequence, pin, payload, context)
         candidates = self._registry.replicas(model, version)
         if not candidates:
             await self._registry.find(model)  # an unknown name may be new: look once more
@@ -123,7 +125,7 @@ class Dispatcher:
                 self._pins.bind(model, sequence, version, client)
             try:
                 with self._balancer.track(client):
-                    return await client.infer(payload)
+                    return await client.infer(payload, _traceparent(context))
             except SidecarUnreachable as exc:
                 self._balancer.eject(client, exc.message)
                 if self._clock() >= deadline or len(tried) >= len(candidates):
@@ -131,7 +133,21 @@ class Dispatcher:
                     raise
                 self._metrics.count_failover(model, "retried")
 
-    async def _send_pinned(self, model: str, sequence: SequenceFlags, pin: Pin, payload: bytes) -> bytes:
+    async def send_traced(
+        self, trace: Trace, model: str, version: str, payload: bytes, context: RequestContext
+    ) -> bytes:
+        """`send` for a traced request: marked so that its sidecar reports its timestamps
+        (protos.trace), whose entry leaves the response here, before anyone reads it."""
+        sent = trace.now()
+        response = await self.send(model, version, payload + trace_parameter(trace.traceparent), context)
+        received = trace.now()
+        response, report = take_report(response)
+        trace.sidecar_answered(report, sent, received)
+        return response
+
+    async def _send_pinned(
+        self, model: str, sequence: SequenceFlags, pin: Pin, payload: bytes, context: RequestContext
+    ) -> bytes:
         """Only the pinned replica holds the sequence's state: if it is gone, say so
         rather than move the sequence to a replica that would start it afresh."""
         client = pin.replica
@@ -140,7 +156,7 @@ class Dispatcher:
             raise unavailable(f"{lost} no longer serves it; start the sequence again")
         try:
             with self._balancer.track(client):
-                return await client.infer(payload)
+                return await client.infer(payload, _traceparent(context))
         except SidecarUnreachable as exc:
             self._balancer.eject(client, exc.message)
             raise unavailable(f"{lost} could not be reached; start the sequence again") from exc
@@ -153,3 +169,9 @@ class Dispatcher:
             raise not_found(f"no replica serves '{model}' version {version}")
         with self._balancer.track(client):
             return await client.infer(with_version(payload, version))
+
+
+def _traceparent(context: RequestContext) -> str:
+    """The W3C context a traced request passes to its sidecar ("" when untraced)."""
+    trace = context.trace
+    return trace.traceparent if trace is not None else ""

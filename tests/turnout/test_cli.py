@@ -119,3 +119,23 @@ def test_strict_model_config_turns_auto_complete_off_as_in_triton(tmp_path: Path
         httpclient.InferenceServerClient(server.http) as client,
     ):
         assert client.is_model_ready("no_config") is ready
+
+
+@pytest.mark.parametrize("command", ["up", "gateway"])
+def test_a_bad_trace_config_is_refused_in_tritons_words_before_anything_starts(command: str, tmp_path: Path) -> None:
+    where = f"--model-repository={tmp_path}" if command == "up" else "--sidecar=onnxruntime=127.0.0.1:1"
+    done = turnout(command, where, "--trace-config=level=loud")
+    assert done.returncode == 2
+    assert "invalid value for trace level option: loud" in done.stderr
+    assert "Traceback" not in done.stderr and "sidecar ready" not in done.stdout + done.stderr
+
+
+def test_tritons_deprecated_trace_flags_give_way_to_trace_config(tmp_path: Path) -> None:
+    repo = write_repository(tmp_path / "repo", ("simple",))
+    trace_file = tmp_path / "trace.json"
+    flags = (f"--trace-file={trace_file}", "--trace-level=TIMESTAMPS", "--trace-rate=7", "--trace-config=rate=3")
+    with turnout_up(repo, *flags) as server, httpclient.InferenceServerClient(server.http) as client:
+        settings = client.get_trace_settings()
+    assert settings["trace_file"] == str(trace_file)
+    assert settings["trace_level"] == ["TIMESTAMPS"]
+    assert settings["trace_rate"] == "3"

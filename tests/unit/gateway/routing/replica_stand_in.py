@@ -38,6 +38,7 @@ class StandInReplica:
         self.framework = framework
         self.address = f"{name}.fleet:8001"
         self.received: list[bytes] = []
+        self.traceparents: list[str] = []  # the W3C context each call passed ("" untraced)
         self.error: TurnoutError | None = None
         self.probes = 0
         self.probe_cancelled = False
@@ -60,8 +61,9 @@ class StandInReplica:
     def come_back(self) -> None:
         self._up.set()
 
-    async def infer(self, encoded: bytes) -> bytes:
+    async def infer(self, encoded: bytes, traceparent: str = "") -> bytes:
         self.received.append(encoded)
+        self.traceparents.append(traceparent)
         self._journal.append(self.name)
         if not self._up.is_set():
             raise SidecarUnreachable(Status.UNAVAILABLE, self.unreachable_message)

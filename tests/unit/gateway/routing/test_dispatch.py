@@ -505,9 +505,9 @@ class SlowStandInReplica(StandInReplica):
         self._clock = clock
         self._takes = takes
 
-    async def infer(self, encoded: bytes) -> bytes:
+    async def infer(self, encoded: bytes, traceparent: str = "") -> bytes:
         self._clock.advance(self._takes)
-        return await super().infer(encoded)
+        return await super().infer(encoded, traceparent)
 
 
 class SequenceStandInReplica(StandInReplica):
