@@ -98,7 +98,7 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         *deprecated_trace,
         click.option(
             "--trace-config",
-            "trace",
+            "trace_config",
             multiple=True,
             callback=_trace_config,
             help="Triton's trace settings, repeatable: level=TIMESTAMPS, rate=N, count=N, mode=triton|opentelemetry, "
@@ -169,6 +169,8 @@ def _gateway_settings(sidecars: tuple[SidecarAddress, ...], **flags: Any) -> Gat
     if flags.get("sidecar_ssl_root_cert") or flags.get("sidecar_ssl_cert"):
         flags["sidecar_use_ssl"] = True
     flags["routing_file"] = flags.pop("routing", None) or ""
+    if "trace_config" in flags:
+        flags["trace"] = flags.pop("trace_config")
     return GatewaySettings(sidecars=sidecars, **{k: v for k, v in flags.items() if k in keys})
 
 
