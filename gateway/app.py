@@ -202,7 +202,7 @@ async def serve(
     try:
         policies = PolicyStore(read_routing_file(settings.routing_file) if settings.routing_file else {})
     except PolicyError as exc:
-        print(f"turnout gateway: {exc}", file=sys.stderr, flush=True)
+        print(f"turnout gateway: {settings.routing_file}: {exc}", file=sys.stderr, flush=True)
         return 1
     rng = random.Random(settings.routing_seed)
     balancer = Balancer(random.Random(rng.random()), metrics, settings.sidecar_max_inflight)
@@ -241,7 +241,13 @@ async def serve(
             watches.append(asyncio.create_task(discovery.watch()))
             watches.append(asyncio.create_task(watch_kv(consul, settings.routing_kv_prefix, policies)))
             if not await discovery.wait_first(FIRST_DISCOVERY_SECS):
-                logger.warning("consul at %s has not answered yet; serving, and watching on", settings.consul)
+                # Nothing to route to without it; once it has answered, its absence is survived.
+                logger.error(
+                    "cannot reach the Consul agent at %s (--consul): no answer in %.0f s",
+                    settings.consul,
+                    FIRST_DISCOVERY_SECS,
+                )
+                return 1
         await models.refresh()
         refused = await gateway.refused_ensembles()
         for name, reason in sorted(refused.items()):

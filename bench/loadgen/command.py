@@ -14,17 +14,17 @@ from bench.loadgen.report import plot, table, to_csv, to_json
 from protos.flags import HELP_OPTIONS
 
 
-def _range(text: str) -> list[int]:
+def _range(text: str, flag: str) -> list[int]:
     """perf_analyzer's `start:end:step` (end and step optional)."""
     try:
         parts = [int(p) for p in text.split(":")]
     except ValueError:
-        raise click.BadParameter(f"expected start:end:step, got {text!r}") from None
+        raise click.BadParameter(f"expected start:end:step, got {text!r}", param_hint=flag) from None
     start = parts[0]
     end = parts[1] if len(parts) > 1 else start
     step = parts[2] if len(parts) > 2 else 1
     if start < 1 or end < start or step < 1:
-        raise click.BadParameter(f"expected start:end:step with 1 <= start <= end, got {text!r}")
+        raise click.BadParameter(f"expected start:end:step with 1 <= start <= end, got {text!r}", param_hint=flag)
     return list(range(start, end + 1, step))
 
 
@@ -118,9 +118,9 @@ def bench(
         shapes=_shapes(shapes),
     )
     levels: list[tuple[int, float]] = (
-        [(0, float(r)) for r in _range(request_rates)]
+        [(0, float(r)) for r in _range(request_rates, "'--request-rate'")]
         if request_rates
-        else [(c, 0.0) for c in _range(concurrency_range)]
+        else [(c, 0.0) for c in _range(concurrency_range, "'--concurrency-range'")]
     )
     show = sys.stderr.isatty() if progress is None else progress
     try:
