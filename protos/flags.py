@@ -74,3 +74,86 @@ def log_file_option(envvar: str | None = None) -> Callable[[Callable[..., Any]],
         callback=_writable,
         help="write log lines to this file instead of the console",
     )
+
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+# The flags `turnout up`, `turnout gateway` and `turnout sidecar` have in common: one
+# definition each, so their names, defaults, checks and help read the same everywhere.
+_SHARED: dict[str, Callable[[], Decorator]] = {
+    "model_control_mode": lambda: click.option(
+        "--model-control-mode",
+        type=click.Choice(["none", "explicit", "poll"]),
+        default="none",
+        show_default=True,
+        help="load every model at start (none), on request (explicit), or as the repository changes (poll)",
+    ),
+    "repository_poll_secs": lambda: click.option(
+        "--repository-poll-secs",
+        type=click.FloatRange(min=0.1),
+        default=15.0,
+        show_default=True,
+        help="poll mode: seconds between repository scans",
+    ),
+    "exit_on_error": lambda: click.option(
+        "--exit-on-error", default=True, help="stop the start when a model fails to load", **TRITON_BOOL
+    ),
+    "strict_readiness": lambda: click.option(
+        "--strict-readiness", default=True, help="ready only when every model loaded is READY", **TRITON_BOOL
+    ),
+    "disable_auto_complete_config": lambda: click.option(
+        "--disable-auto-complete-config",
+        is_flag=True,
+        default=False,
+        help="take configs as they are: no inputs, outputs or batching read from model files",
+    ),
+    "exit_timeout_secs": lambda: click.option(
+        "--exit-timeout-secs",
+        type=click.FloatRange(min=0),
+        default=30.0,
+        show_default=True,
+        help="on SIGTERM, how long requests in flight may take to finish",
+    ),
+    "log_verbose": lambda: click.option(
+        "--log-verbose", type=click.IntRange(min=0), default=0, show_default=True, help="verbose logging level"
+    ),
+    "log_info": lambda: click.option("--log-info", default=True, **TRITON_BOOL),
+    "log_warning": lambda: click.option("--log-warning", default=True, **TRITON_BOOL),
+    "log_error": lambda: click.option("--log-error", default=True, **TRITON_BOOL),
+    "log_format": lambda: click.option(
+        "--log-format", type=click.Choice(["default", "ISO8601", "json"]), default="default", show_default=True
+    ),
+    "log_file": log_file_option,
+    "allow_metrics": lambda: click.option(
+        "--allow-metrics", default=True, help="serve Prometheus metrics", **TRITON_BOOL
+    ),
+    "grpc_use_ssl": lambda: click.option(
+        "--grpc-use-ssl", default=False, help="serve gRPC (and a sidecar's infer lane) over TLS", **TRITON_BOOL
+    ),
+    "grpc_use_ssl_mutual": lambda: click.option(
+        "--grpc-use-ssl-mutual", default=False, help="TLS that requires client certificates", **TRITON_BOOL
+    ),
+    "grpc_server_cert": lambda: click.option("--grpc-server-cert", default="", help="PEM server certificate (chain)"),
+    "grpc_server_key": lambda: click.option("--grpc-server-key", default="", help="PEM private key"),
+    "grpc_root_cert": lambda: click.option(
+        "--grpc-root-cert", default="", help="PEM CA certificates that sign client certificates"
+    ),
+}
+LOG_FLAGS = ("log_verbose", "log_info", "log_warning", "log_error", "log_format", "log_file")
+TLS_FLAGS = ("grpc_use_ssl", "grpc_use_ssl_mutual", "grpc_server_cert", "grpc_server_key", "grpc_root_cert")
+
+
+def shared_options(*names: str) -> list[Decorator]:
+    """The shared flags `names`, as click decorators, in that order."""
+    return [_SHARED[name]() for name in names]
+
+
+def shared(*names: str) -> Decorator:
+    """Apply the shared flags `names` to a command, listed in that order in its help."""
+
+    def apply(function: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(shared_options(*names)):
+            function = option(function)
+        return function
+
+    return apply

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from protos.flags import HELP_OPTIONS, TRITON_BOOL, log_file_option, model_repository_option
+from protos.flags import HELP_OPTIONS, LOG_FLAGS, TLS_FLAGS, TRITON_BOOL, model_repository_option, shared
 from sidecars.process import run
 from sidecars.runtime import RUNTIMES
 from sidecars.settings import ControlMode, SidecarSettings
@@ -32,8 +32,7 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @model_repository_option("TURNOUT_SIDECAR_MODEL_REPOSITORY", must_exist=False)
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", default=0, type=click.IntRange(0, 65535), help="0 binds a free port")
-@click.option("--model-control-mode", default="none", type=click.Choice([m.value for m in ControlMode]))
-@click.option("--repository-poll-secs", default=15.0, type=click.FloatRange(min=0.1))
+@shared("model_control_mode", "repository_poll_secs")
 @click.option(
     "--load-model",
     "load_models",
@@ -41,9 +40,7 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     multiple=True,
     help="explicit mode: load at start ('*' = all)",
 )
-@click.option("--exit-on-error", default=True, **TRITON_BOOL)
-@click.option("--strict-readiness", default=True, **TRITON_BOOL)
-@click.option("--disable-auto-complete-config", is_flag=True, default=False)
+@shared("exit_on_error", "strict_readiness", "disable_auto_complete_config")
 @click.option(
     "--report-unassigned-models",
     default=True,
@@ -51,15 +48,9 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     **TRITON_BOOL,
 )
 @click.option("--backend-config", multiple=True, help="<setting>=<value>, e.g. default-max-batch-size=4")
-@click.option("--exit-timeout-secs", default=30.0, type=click.FloatRange(min=0))
-@click.option("--log-verbose", default=0, type=click.IntRange(min=0))
-@click.option("--log-info", default=True, **TRITON_BOOL)
-@click.option("--log-warning", default=True, **TRITON_BOOL)
-@click.option("--log-error", default=True, **TRITON_BOOL)
-@click.option("--log-format", default="default", type=click.Choice(["default", "ISO8601", "json"]))
-@log_file_option()
+@shared("exit_timeout_secs", *LOG_FLAGS)
 @click.option("--metrics-port", default=0, type=click.IntRange(0, 65535), help="/metrics port; 0 binds a free port")
-@click.option("--allow-metrics", default=True, **TRITON_BOOL)
+@shared("allow_metrics")
 @click.option(
     "--lane",
     default="auto",
@@ -74,11 +65,7 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--device", default="cpu", help="the device advertised in the registration's meta")
 @click.option("--consul-check-interval", default="1s", help="how often Consul checks our gRPC health")
 @click.option("--consul-deregister-after", default="1m", help="Consul drops us after critical this long")
-@click.option("--grpc-use-ssl", default=False, help="serve gRPC and the infer lane over TLS", **TRITON_BOOL)
-@click.option("--grpc-use-ssl-mutual", default=False, help="TLS that requires client certificates", **TRITON_BOOL)
-@click.option("--grpc-server-cert", default="", help="PEM server certificate (chain) for TLS")
-@click.option("--grpc-server-key", default="", help="PEM private key for TLS")
-@click.option("--grpc-root-cert", default="", help="PEM CA certificates that sign client certificates")
+@shared(*TLS_FLAGS)
 def main(
     framework: str,
     model_repositories: tuple[str, ...],

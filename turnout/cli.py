@@ -15,7 +15,15 @@ from typing import Any
 import click
 
 from gateway.settings import GatewaySettings, SidecarAddress
-from protos.flags import HELP_OPTIONS, TRITON_BOOL, log_file_option, model_repository_option
+from protos.flags import (
+    HELP_OPTIONS,
+    LOG_FLAGS,
+    TLS_FLAGS,
+    TRITON_BOOL,
+    model_repository_option,
+    shared,
+    shared_options,
+)
 
 
 def _check_restrictions(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
@@ -76,25 +84,13 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--metrics-port", type=int, default=8002, show_default=True),
         click.option("--allow-http", default=True, **TRITON_BOOL),
         click.option("--allow-grpc", default=True, **TRITON_BOOL),
-        click.option("--allow-metrics", default=True, **TRITON_BOOL),
-        click.option(
-            "--model-control-mode",
-            type=click.Choice(["none", "explicit", "poll"]),
-            default="none",
-            show_default=True,
-        ),
-        click.option("--strict-readiness", default=True, **TRITON_BOOL),
+        *shared_options("allow_metrics"),
+        *shared_options("model_control_mode"),
+        *shared_options("strict_readiness"),
         click.option("--allow-client-shm", default=False, **TRITON_BOOL),
-        click.option("--exit-timeout-secs", type=float, default=30.0, show_default=True),
+        *shared_options("exit_timeout_secs"),
         click.option("--http-max-input-size", type=click.IntRange(min=1), default=64 * 2**20, show_default=True),
-        click.option("--log-verbose", type=int, default=0, show_default=True),
-        click.option("--log-info", default=True, **TRITON_BOOL),
-        click.option("--log-warning", default=True, **TRITON_BOOL),
-        click.option("--log-error", default=True, **TRITON_BOOL),
-        click.option(
-            "--log-format", type=click.Choice(["default", "ISO8601", "json"]), default="default", show_default=True
-        ),
-        log_file_option(),
+        *shared_options(*LOG_FLAGS),
         *deprecated_trace,
         click.option(
             "--trace-config",
@@ -112,11 +108,7 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="YAML routing policies: models: {<model>: {weights: {'1': 90, '2': 10}, sticky_header: x-user}}.",
         ),
         click.option("--routing-seed", type=int, default=None, help="Seed for weighted draws (replayable runs)."),
-        click.option("--grpc-use-ssl", default=False, **TRITON_BOOL),
-        click.option("--grpc-use-ssl-mutual", default=False, **TRITON_BOOL),
-        click.option("--grpc-server-cert", default="", help="PEM server certificate (chain) for gRPC TLS."),
-        click.option("--grpc-server-key", default="", help="PEM private key for gRPC TLS."),
-        click.option("--grpc-root-cert", default="", help="PEM CA certificates that sign client certificates."),
+        *shared_options(*TLS_FLAGS),
         click.option("--http-ssl-certfile", default="", help="PEM certificate: serve HTTPS (Triton has no HTTP TLS)."),
         click.option("--http-ssl-keyfile", default="", help="PEM private key for HTTPS."),
         click.option(
@@ -310,9 +302,7 @@ def cli() -> None:
     multiple=True,
     help="Model to load at start in explicit mode; '*' = all.",
 )
-@click.option("--exit-on-error", default=True, **TRITON_BOOL)
-@click.option("--repository-poll-secs", type=float, default=15.0, show_default=True)
-@click.option("--disable-auto-complete-config", is_flag=True, default=False)
+@shared("exit_on_error", "repository_poll_secs", "disable_auto_complete_config")
 @click.option(
     "--backend-config",
     "backend_configs",

@@ -139,3 +139,22 @@ def test_tritons_deprecated_trace_flags_give_way_to_trace_config(tmp_path: Path)
     assert settings["trace_file"] == str(trace_file)
     assert settings["trace_level"] == ["TIMESTAMPS"]
     assert settings["trace_rate"] == "3"
+
+
+def test_the_flags_the_commands_share_read_the_same_everywhere() -> None:
+    from sidecars.__main__ import main as sidecar_command
+    from turnout.cli import cli
+
+    commands = {"up": cli.commands["up"], "gateway": cli.commands["gateway"], "sidecar": sidecar_command}
+
+    def described(command: object, flag: str) -> tuple[object, ...] | None:
+        for option in command.params:  # type: ignore[attr-defined]
+            if f"--{flag}" in option.opts:
+                return (repr(option.type), option.default, option.help, option.is_flag)
+        return None
+
+    for flag in ("strict-readiness", "exit-timeout-secs", "log-verbose", "log-format", "log-file", "grpc-use-ssl"):
+        seen = {name: described(command, flag) for name, command in commands.items()}
+        assert None not in seen.values() and len(set(seen.values())) == 1, (flag, seen)
+    for flag in ("exit-on-error", "disable-auto-complete-config", "repository-poll-secs"):
+        assert described(commands["up"], flag) == described(commands["sidecar"], flag) is not None, flag
