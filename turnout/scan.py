@@ -46,10 +46,10 @@ def _models_of(repository: str) -> dict[str, FoundModel]:
             # Left to the sidecars, which report an unreadable repository under --exit-on-error.
             log.error("failed to poll model repository '%s': %s", repository, exc)
             return {}
-        return {name: FoundModel(m.framework, m.config_text) for name, m in listed.items() if not name.startswith(".")}
+        return {name: FoundModel(m.framework, m.config_text) for name, m in listed.items()}
     models = {}
     for model_dir in sorted(Path(repository).iterdir()):
-        if model_dir.is_dir() and not model_dir.name.startswith("."):
+        if model_dir.is_dir():  # hidden folders too: Triton takes every folder for a model
             config = model_dir / "config.pbtxt"
             text = config.read_text() if config.is_file() else ""
             models[model_dir.name] = FoundModel(framework_of_model(model_dir, text), text)

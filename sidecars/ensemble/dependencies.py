@@ -38,8 +38,8 @@ def _check_cycles(name: str, config: mc.ModelConfig, lookup: ConfigLookup) -> No
 
     def visit(current: mc.ModelConfig) -> None:
         for step in dict.fromkeys(s.model_name for s in current.ensemble_scheduling.step):
-            if step == name:
-                raise invalid_arg(f"circular dependency between ensembles: {' -> '.join([*path, name])}")
+            if step == name:  # Triton names the start, the ensemble that closes the cycle, the start
+                raise invalid_arg(f"circular dependency between ensembles: {name} -> ... -> {path[-1]} -> {name}")
             if step in path:
                 continue  # a cycle that does not pass through `name` is its own members' to report
             inner = _ensemble(lookup(step))

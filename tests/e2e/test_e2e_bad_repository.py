@@ -120,6 +120,7 @@ def write_identity_ensemble_steps(repo: Path) -> None:
     auto = models.write_simple(repo, name="auto_simple")
     (auto / "config.pbtxt").unlink()
     models.write_torch_simple(repo, name="torch_simple", naming="forward")
+    models.write_simple(repo, name=".hidden_simple")  # served: Triton skips no folder
 
 
 SIMPLE_STEP = ("simple", PAIR, {"OUTPUT0": "OUTPUT0", "OUTPUT1": "OUTPUT1"})
@@ -237,6 +238,12 @@ CASES = [
         POLL,
     ),
     # -- versions -------------------------------------------------------------------------
+    Case(
+        ".git",  # hidden folders are models to Triton too; this one has no version
+        folder({"HEAD": "ref: refs/heads/main", "objects/info/packs": ""}),
+        "at least one version must be available under the version policy of model '.git'",
+        MODEL,
+    ),
     Case(
         "no_version_folder",
         folder({"config.pbtxt": 'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'}),
@@ -445,7 +452,8 @@ CASES = [
     Case(
         "ensemble_self_cycle",
         ensemble([("{name}", PAIR, {"OUTPUT0": "OUTPUT0", "OUTPUT1": "OUTPUT1"})]),
-        "circular dependency between ensembles: ensemble_self_cycle -> ensemble_self_cycle",
+        "circular dependency between ensembles: ensemble_self_cycle -> ... -> ensemble_self_cycle -> "
+        "ensemble_self_cycle",
         MODEL,
     ),
     Case(
@@ -570,7 +578,7 @@ def test_the_rest_of_the_repository_serves(serving: Server) -> None:
     inputs = [grpcclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
     for tensor in inputs:
         tensor.set_data_from_numpy(a)
-    for model in ("simple", "auto_simple", "torch_simple"):
+    for model in ("simple", "auto_simple", "torch_simple", ".hidden_simple"):
         np.testing.assert_array_equal(client.infer(model, inputs).as_numpy("OUTPUT0"), 2 * a)
     # Versions that failed make the server unready, as Triton's strict readiness does.
     assert client.is_server_live() and not client.is_server_ready()
