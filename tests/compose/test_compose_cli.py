@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 import pytest
+import yaml
 
 from tests.compose.compose_spec import (
     COMPOSE_DIR,
@@ -111,3 +112,14 @@ def test_an_unknown_variable_fails_the_check() -> None:
     service["environment"]["TURNOUT_GATEWAY_ROUTING_FILE"] = "/etc/turnout/routing.yaml"
     _, problems = parse("gateway", service)
     assert problems == ["gateway: TURNOUT_GATEWAY_ROUTING_FILE is read by no option of `turnout gateway`"]
+
+
+@pytest.mark.parametrize("name", ["sidecar-onnxruntime", "sidecar-ensemble"])
+def test_the_model_host_file_matches_the_cli(name: str) -> None:
+    service = yaml.safe_load((COMPOSE_DIR / "model-host.yml").read_text())["services"][name]
+    # What `docker compose` substitutes for the two variables the file asks for.
+    service["environment"]["TURNOUT_SIDECAR_CONSUL"] = "10.0.0.7:8500"
+    service["environment"]["TURNOUT_SIDECAR_ADVERTISE_ADDRESS"] = "10.0.0.7"
+    params, problems = parse(name, service)
+    assert problems == []
+    assert params

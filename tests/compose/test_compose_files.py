@@ -169,3 +169,46 @@ def test_grafana_provisioning_and_dashboard_parse() -> None:
     # Grafana reads the dashboards where the compose file mounts them.
     mounts = dict(v.split(":")[:2] for v in COMPOSE["services"]["grafana"]["volumes"] if v.startswith("."))
     assert mounts["./grafana/dashboards"] == provider["providers"][0]["options"]["path"]
+
+
+MODEL_HOST = COMPOSE_DIR / "model-host.yml"
+JOINING = {"CONSUL_ADDRESS": "10.0.0.7:8500", "HOST_ADDRESS": "10.0.0.7"}
+
+
+def test_a_model_host_file_validates_and_asks_for_consul_and_its_address() -> None:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("no docker-compose: `make tools` installs Debian's package where apt-get can (needs root)")
+    command = [binary, "--project-directory", str(COMPOSE_DIR), "-f", str(MODEL_HOST), "config"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **JOINING})
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    assert set(services) == {"sidecar-onnxruntime", "sidecar-ensemble"}
+    for service in services.values():
+        assert service["environment"]["TURNOUT_SIDECAR_CONSUL"] == "10.0.0.7:8500"
+        assert service["environment"]["TURNOUT_SIDECAR_ADVERTISE_ADDRESS"] == "10.0.0.7"
+    missing = subprocess.run(command, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert missing.returncode != 0 and "Consul agent to register with" in missing.stderr
+
+
+def test_a_model_host_runs_the_one_host_sidecars_without_a_local_consul() -> None:
+    joining = yaml.safe_load(MODEL_HOST.read_text())["services"]
+    for name, service in joining.items():
+        local = COMPOSE["services"][name]
+        for key in ("build", "command", "volumes", "healthcheck", "stop_signal", "stop_grace_period", "init"):
+            assert service[key] == local[key], (name, key)
+        assert "depends_on" not in service
+        ports = {e.split(":")[0] for e in service["ports"]}
+        env = service["environment"]
+        assert ports == {
+            env["TURNOUT_SIDECAR_PORT"],
+            env["TURNOUT_SIDECAR_LANE_PORT"],
+            env["TURNOUT_SIDECAR_METRICS_PORT"],
+        }
+        same = {k: v for k, v in local["environment"].items() if k not in env or env[k] == v}
+        assert set(local["environment"]) - set(same) <= {
+            "TURNOUT_SIDECAR_CONSUL",
+            "TURNOUT_SIDECAR_PORT",
+            "TURNOUT_SIDECAR_LANE_PORT",
+            "TURNOUT_SIDECAR_METRICS_PORT",
+        }, name
