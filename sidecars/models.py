@@ -267,7 +267,10 @@ class ModelManager:
             except TurnoutError as exc:  # Triton does not load such an ensemble at all
                 entry.failure, entry.config_failed = exc.message, True
                 raise invalid_arg(f"load failed for model '{name}': {exc.message}") from None
-        versions = select_versions(version_numbers(folder), base.version_policy)
+        available = version_numbers(folder)
+        for missing in sorted(set(base.version_policy.specific.versions) - set(available)):
+            log.error("version %d is specified for model '%s', but the version directory is not present", missing, name)
+        versions = select_versions(available, base.version_policy)
         if not versions:
             reason = f"at least one version must be available under the version policy of model '{name}'"
             entry.failure, entry.config_failed = reason, False
