@@ -145,8 +145,8 @@ class ModelManager:
         for failure in unread:
             log.error("%s", failure)
         if self.settings.report_unassigned:  # one sidecar says it, under `turnout up`
-            for problem in await asyncio.to_thread(self.repository.misplaced):
-                log.error("%s", problem)
+            for level, problem in await asyncio.to_thread(self.repository.misplaced):
+                log.log(level, "%s", problem)
         replays: dict[str, Replay] = {}
         if self.settings.model_control_mode is ControlMode.EXPLICIT:
             wanted = set(self.settings.load_models)

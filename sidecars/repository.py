@@ -78,9 +78,10 @@ class Repository:
                 found[folder.name] = _merge(found.get(folder.name), folder)
         return RepositoryScan(found, tuple(failures))
 
-    def misplaced(self) -> list[str]:
-        """What looks wrong in the local repositories themselves: one that is a model's
-        own folder (a config.pbtxt or version folders at its top), or one with no folder."""
+    def misplaced(self) -> list[tuple[int, str]]:
+        """What looks wrong in the local repositories themselves, with a logging level: one
+        that is a model's own folder (a config.pbtxt or version folders at its top) is an
+        error, one with no folder at all a warning."""
         problems = []
         for root in self.roots:
             path = Path(root)
@@ -89,11 +90,14 @@ class Repository:
             folders = [entry.name for entry in path.iterdir() if entry.is_dir()]
             if (path / "config.pbtxt").is_file() or any(layout.is_version_dir(name) for name in folders):
                 problems.append(
-                    f"model repository '{root}' looks like a model folder (it holds config.pbtxt or version "
-                    "folders); --model-repository takes the folder that holds the model folders"
+                    (
+                        logging.ERROR,
+                        f"model repository '{root}' looks like a model folder (it holds config.pbtxt or version "
+                        "folders); --model-repository takes the folder that holds the model folders",
+                    )
                 )
             elif not folders:
-                problems.append(f"model repository '{root}' holds no model folders")
+                problems.append((logging.WARNING, f"model repository '{root}' holds no model folders"))
         return problems
 
     def find(self, name: str) -> ModelFolder | None:

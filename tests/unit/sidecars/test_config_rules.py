@@ -4,6 +4,7 @@ instance groups, the fields turnout does not implement, and an ensemble's depend
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -353,8 +354,11 @@ def test_a_repository_that_is_a_model_folder(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     assert Repository([str(model), str(empty)], "onnxruntime").misplaced() == [
-        f"model repository '{model}' looks like a model folder (it holds config.pbtxt or version folders); "
-        "--model-repository takes the folder that holds the model folders",
-        f"model repository '{empty}' holds no model folders",
+        (
+            logging.ERROR,
+            f"model repository '{model}' looks like a model folder (it holds config.pbtxt or version folders); "
+            "--model-repository takes the folder that holds the model folders",
+        ),
+        (logging.WARNING, f"model repository '{empty}' holds no model folders"),
     ]
     assert Repository([str(tmp_path)], "onnxruntime").misplaced() == []
