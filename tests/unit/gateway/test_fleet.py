@@ -84,6 +84,18 @@ def test_replicas_that_agree_on_a_state_other_than_ready_pass_it_on_as_one_trito
     assert rows(combined) == [unloaded]
 
 
+def test_a_folder_every_framework_lists_without_a_version_is_listed_once() -> None:
+    # Each sidecar that reports unassigned folders lists a `python` model alike.
+    refused = ("tokenizer", "", "UNAVAILABLE", "unable to find backend library for backend 'python': ...")
+    combined = combine_indexes(
+        [
+            ("onnxruntime", index(refused, ("simple", "1", "READY", ""))),
+            ("pytorch", index(refused, ("simple", "1", "READY", ""))),
+        ]
+    )
+    assert rows(combined) == [refused, ("simple", "1", "READY", ""), ("simple", "1", "READY", "")]
+
+
 def test_each_version_is_combined_on_its_own() -> None:
     combined = combine_indexes(
         [
