@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import Any
 
 import httpx
@@ -52,7 +53,7 @@ class ConsulClient:
             query.update(index=str(index), wait=WAIT)
         try:
             response = await self._http.get(path, params=query)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ssl.SSLError) as exc:  # a refused client certificate shows after the handshake
             raise ConsulUnavailable(f"consul at {self.address}: {exc!r}") from exc
         new_index = int(response.headers.get("X-Consul-Index", "0") or 0)
         if response.status_code == 404:
@@ -71,7 +72,7 @@ class ConsulClient:
         refuse, so an empty fleet can hide a missing token: a single KV key is refused."""
         try:
             response = await self._http.get(path, params=self._access.query())
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ssl.SSLError) as exc:  # a refused client certificate shows after the handshake
             raise ConsulUnavailable(f"consul at {self.address}: {exc!r}") from exc
         if response.status_code == 403:
             raise ConsulDenied(refused(self.address, what, response.text))

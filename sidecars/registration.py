@@ -12,6 +12,7 @@ import ipaddress
 import logging
 import re
 import socket
+import ssl
 from typing import Any
 
 import httpx
@@ -136,7 +137,7 @@ class ConsulRegistration:
     async def _put(self, path: str, what: str, body: dict[str, Any] | None = None) -> None:
         try:
             response = await self._http.put(path, json=body)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ssl.SSLError) as exc:  # a refused client certificate shows after the handshake
             raise ConsulUnreachable(f"{exc!r}") from exc
         if response.status_code == 403:
             raise ConsulDenied(refused(self._settings.consul, what, response.text))
