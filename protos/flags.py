@@ -235,6 +235,13 @@ def shared(*names: str) -> Decorator:
 def consul_access(flags: dict[str, Any]) -> ConsulAccess:
     """The ConsulAccess the CONSUL_FLAGS in `flags` describe (removed from `flags`)."""
     values = {name: flags.pop(name) for name in CONSUL_FLAGS}
+    context = click.get_current_context(silent=True)
+    if context is not None and values["consul_token"]:
+        # As the consul CLI: a token beats a token file, unless only the file was given
+        # on the command line (then the token came from the environment).
+        given = click.core.ParameterSource.COMMANDLINE
+        if context.get_parameter_source("consul_token_file") == given != context.get_parameter_source("consul_token"):
+            values["consul_token"] = ""
     if bool(values["consul_client_cert"]) != bool(values["consul_client_key"]):
         raise click.UsageError("--consul-client-cert and --consul-client-key go together")
     access = ConsulAccess(

@@ -41,6 +41,9 @@ def test_the_token_file_is_read_and_the_token_wins_over_it(tmp_path: Path) -> No
     path.write_text("from-file\n")
     assert _access([], {"CONSUL_HTTP_TOKEN_FILE": str(path)}).secret() == "from-file"
     assert _access([f"--consul-token-file={path}", "--consul-token=given"], {}).secret() == "given"
+    # A file named on the command line beats a token from the environment.
+    assert _access([f"--consul-token-file={path}"], {"CONSUL_HTTP_TOKEN": "env"}).secret() == "from-file"
+    assert _access([], {"CONSUL_HTTP_TOKEN_FILE": str(path), "CONSUL_HTTP_TOKEN": "env"}).secret() == "env"
 
 
 def test_a_token_file_that_cannot_be_read_stops_the_start(tmp_path: Path) -> None:
