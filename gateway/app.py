@@ -172,16 +172,16 @@ def _sidecar_tls(settings: GatewaySettings) -> SidecarTls | None:
     return SidecarTls(settings.sidecar_ssl_root_cert, settings.sidecar_ssl_cert, settings.sidecar_ssl_key)
 
 
-async def _consul_denies(consul: ConsulClient, settings: GatewaySettings) -> str | None:
-    """Consul's refusal of what the gateway must read, if it refuses; an agent that does
-    not answer is left to the first discovery wait, which says so."""
+async def _consul_denies(consul: ConsulClient, settings: GatewaySettings, deadline: float) -> str | None:
+    """Consul's refusal of what the gateway must read, if it refuses by the loop-time
+    `deadline`; an agent that does not answer is left to the first discovery wait."""
     prefix = settings.routing_kv_prefix.lstrip("/")
     reads = (
         (f"/v1/health/service/{settings.consul_service}", f"reading service '{settings.consul_service}'"),
         (f"/v1/kv/{prefix}", f"reading key '{prefix}'"),
     )
     try:
-        async with asyncio.timeout(FIRST_DISCOVERY_SECS):
+        async with asyncio.timeout_at(deadline):
             for path, what in reads:
                 await consul.check_read(path, what)
     except ConsulDenied as exc:
@@ -262,12 +262,14 @@ async def serve(
     fleet = FleetMetrics(lambda: models.sidecars, ensembles=gateway.ensembles.statistics)
     try:
         if consul is not None and discovery is not None:
-            if (denied := await _consul_denies(consul, settings)) is not None:
+            # One start-up allowance for both: the ACL check, then the first answer.
+            deadline = asyncio.get_running_loop().time() + FIRST_DISCOVERY_SECS
+            if (denied := await _consul_denies(consul, settings, deadline)) is not None:
                 logger.error("%s", denied)
                 return 1
             watches.append(asyncio.create_task(discovery.watch()))
             watches.append(asyncio.create_task(watch_kv(consul, settings.routing_kv_prefix, policies)))
-            if not await discovery.wait_first(FIRST_DISCOVERY_SECS):
+            if not await discovery.wait_first(max(0.0, deadline - asyncio.get_running_loop().time())):
                 # Nothing to route to without it; once it has answered, its absence is survived.
                 logger.error(
                     "cannot reach the Consul agent at %s (--consul): no answer in %.0f s",
