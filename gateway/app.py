@@ -22,7 +22,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.consul import ConsulClient
+from gateway.consul import ConsulClient, ConsulDenied, ConsulUnavailable
 from gateway.core import Gateway
 from gateway.discovery import ConsulRegistry
 from gateway.grpc_front import build_grpc_server
@@ -38,6 +38,7 @@ from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
 from gateway.tracing.tracer import Tracer
 from gateway.upstream import SidecarClient, SidecarTls
+from protos.consul_access import ConsulAccessError
 from protos.logs import LogSettings
 from protos.ready import GATEWAY_READY, ready_line
 from protos.rpc import server_credentials
@@ -171,6 +172,25 @@ def _sidecar_tls(settings: GatewaySettings) -> SidecarTls | None:
     return SidecarTls(settings.sidecar_ssl_root_cert, settings.sidecar_ssl_cert, settings.sidecar_ssl_key)
 
 
+async def _consul_denies(consul: ConsulClient, settings: GatewaySettings, deadline: float) -> str | None:
+    """Consul's refusal of what the gateway must read, if it refuses by the loop-time
+    `deadline`; an agent that does not answer is left to the first discovery wait."""
+    prefix = settings.routing_kv_prefix.lstrip("/")
+    reads = (
+        (f"/v1/health/service/{settings.consul_service}", f"reading service '{settings.consul_service}'"),
+        (f"/v1/kv/{prefix}", f"reading key '{prefix}'"),
+    )
+    try:
+        async with asyncio.timeout_at(deadline):
+            for path, what in reads:
+                await consul.check_read(path, what)
+    except ConsulDenied as exc:
+        return str(exc)
+    except (ConsulUnavailable, TimeoutError):
+        pass
+    return None
+
+
 def run(settings: GatewaySettings) -> int:
     """Serve until SIGTERM/SIGINT; return the process exit status."""
     try:
@@ -212,7 +232,11 @@ async def serve(
         print(f"turnout gateway: cannot use the sidecar TLS files: {exc}", file=sys.stderr, flush=True)
         return 1
     clients = [SidecarClient(s.framework, s.address, s.lane, s.metrics, tls) for s in settings.sidecars]
-    consul = ConsulClient(settings.consul) if settings.consul else None
+    try:
+        consul = ConsulClient(settings.consul, settings.consul_access) if settings.consul else None
+    except ConsulAccessError as exc:
+        print(f"turnout gateway: {exc}", file=sys.stderr, flush=True)
+        return 1
     discovery = ConsulRegistry(consul, settings.consul_service, balancer, metrics, tls) if consul is not None else None
     models: ModelRegistry = discovery if discovery is not None else StaticRegistry(clients)
     dispatcher = Dispatcher(models, policies, balancer, metrics, rng)
@@ -238,9 +262,14 @@ async def serve(
     fleet = FleetMetrics(lambda: models.sidecars, ensembles=gateway.ensembles.statistics)
     try:
         if consul is not None and discovery is not None:
+            # One start-up allowance for both: the ACL check, then the first answer.
+            deadline = asyncio.get_running_loop().time() + FIRST_DISCOVERY_SECS
+            if (denied := await _consul_denies(consul, settings, deadline)) is not None:
+                logger.error("%s", denied)
+                return 1
             watches.append(asyncio.create_task(discovery.watch()))
             watches.append(asyncio.create_task(watch_kv(consul, settings.routing_kv_prefix, policies)))
-            if not await discovery.wait_first(FIRST_DISCOVERY_SECS):
+            if not await discovery.wait_first(max(0.0, deadline - asyncio.get_running_loop().time())):
                 # Nothing to route to without it; once it has answered, its absence is survived.
                 logger.error(
                     "cannot reach the Consul agent at %s (--consul): no answer in %.0f s",

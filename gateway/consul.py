@@ -1,16 +1,20 @@
 """The gateway's Consul HTTP client: blocking queries on the agent's HTTP API.
 
-Only what Consul 1.8 offers: `health/service` and `kv` with `?index=&wait=`. Transport
-and HTTP errors become ConsulUnavailable here; no httpx error leaves this module.
+Only what Consul 1.8 offers: `health/service` and `kv` with `?index=&wait=`, reached as
+protos.consul_access says (token, TLS, datacenter). Transport and HTTP errors become
+ConsulUnavailable here, an ACL refusal ConsulDenied; no httpx error leaves this module.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import Any
 
 import httpx
+
+from protos.consul_access import ConsulAccess, refused
 
 logger = logging.getLogger(__name__)
 
@@ -22,16 +26,20 @@ class ConsulUnavailable(Exception):
     """The agent did not answer, or answered with an error."""
 
 
-def base_url(address: str) -> str:
-    return address if address.startswith(("http://", "https://")) else f"http://{address}"
+class ConsulDenied(ConsulUnavailable):
+    """The agent's ACLs refused the request (HTTP 403): a token problem, not an outage."""
 
 
 class ConsulClient:
-    """One agent's HTTP API. Create it in the event loop that uses it; `close()` ends it."""
+    """One agent's HTTP API. Create it in the event loop that uses it; `close()` ends it.
 
-    def __init__(self, address: str) -> None:
+    Raises protos.consul_access.ConsulAccessError when the token file or a TLS file
+    cannot be read."""
+
+    def __init__(self, address: str, access: ConsulAccess | None = None) -> None:
         self.address = address
-        self._http = httpx.AsyncClient(base_url=base_url(address), timeout=_TIMEOUT_SECS)
+        self._access = access or ConsulAccess()
+        self._http = self._access.client(address, _TIMEOUT_SECS)
         # httpx logs every request at INFO; a registration or watch round is not news.
         logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -40,20 +48,34 @@ class ConsulClient:
 
         Returns the JSON body (None for 404, as kv answers an empty prefix) and the new index.
         """
-        query = dict(params or {})
+        query = self._access.query(params)
         if index:
             query.update(index=str(index), wait=WAIT)
         try:
             response = await self._http.get(path, params=query)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ssl.SSLError) as exc:  # a refused client certificate shows after the handshake
             raise ConsulUnavailable(f"consul at {self.address}: {exc!r}") from exc
         new_index = int(response.headers.get("X-Consul-Index", "0") or 0)
         if response.status_code == 404:
             return None, new_index
+        if response.status_code == 403:
+            raise ConsulDenied(refused(self.address, f"reading {path}", response.text))
         if response.status_code != 200:
             raise ConsulUnavailable(f"consul at {self.address}: HTTP {response.status_code} {response.text.strip()}")
         # An index that goes backwards (agent restarted) restarts the watch from scratch.
         return response.json(), new_index if new_index >= index else 0
+
+    async def check_read(self, path: str, what: str) -> None:
+        """Read `path` once; ConsulDenied (naming `what`) when the ACLs refuse it.
+
+        Catalog and health answers leave out what a token may not read rather than
+        refuse, so an empty fleet can hide a missing token: a single KV key is refused."""
+        try:
+            response = await self._http.get(path, params=self._access.query())
+        except (httpx.HTTPError, ssl.SSLError) as exc:  # a refused client certificate shows after the handshake
+            raise ConsulUnavailable(f"consul at {self.address}: {exc!r}") from exc
+        if response.status_code == 403:
+            raise ConsulDenied(refused(self.address, what, response.text))
 
     async def close(self) -> None:
         await self._http.aclose()

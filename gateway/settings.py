@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.tracing.config import TraceConfig
+from protos.consul_access import ConsulAccess
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class GatewaySettings:
     # The fleet: discover sidecars in Consul (HOST:PORT of an agent's HTTP API) instead of `sidecars`.
     consul: str = ""
     consul_service: str = "turnout-sidecar"
+    consul_access: ConsulAccess = field(default_factory=ConsulAccess)  # token, TLS, datacenter
     routing_file: str = ""  # YAML routing policies (gateway.routing.policy_sources)
     routing_kv_prefix: str = "turnout/routing/"  # Consul KV prefix watched for policies, with `consul`
     routing_seed: int | None = None  # seeds the weighted draws and replica picks; None = from the OS

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import click
 
+from protos.consul_access import ConsulAccess, ConsulAccessError
 from protos.remote import RemoteError, check_extra, is_remote, parse_location
 
 # Triton spells booleans `--flag=true|false`; a bare `--flag` means true. Pass as
@@ -78,6 +80,40 @@ def log_file_option(envvar: str | None = None) -> Callable[[Callable[..., Any]],
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
+
+def _consul_bool(value: str) -> str:
+    # Consul reads CONSUL_HTTP_SSL with Go's strconv.ParseBool.
+    if value in ("1", "t", "T", "TRUE", "true", "True"):
+        return "https"
+    if value in ("0", "f", "F", "FALSE", "false", "False"):
+        return "http"
+    raise click.BadParameter(f"CONSUL_HTTP_SSL must be true or false, got '{value}'")
+
+
+class ConsulEnvOption(click.Option):
+    """An option that, set neither on the command line nor in its TURNOUT_ variable, takes
+    Consul's own environment variable, so a host set up for the `consul` CLI needs no more."""
+
+    def __init__(self, *args: Any, consul_env: str, convert: Callable[[str], str] = str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.consul_env = consul_env
+        self.convert = convert
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        value = super().resolve_envvar_value(ctx)
+        if value is None and (fallback := os.environ.get(self.consul_env)):
+            value = self.convert(fallback)
+        return value
+
+
+def _consul_option(*names: str, consul_env: str, **kwargs: Any) -> Decorator:
+    help_text = kwargs.pop("help")
+    kwargs.setdefault("default", "")
+    return click.option(
+        *names, cls=ConsulEnvOption, consul_env=consul_env, help=f"{help_text} (else ${consul_env})", **kwargs
+    )
+
+
 # The flags `turnout up`, `turnout gateway` and `turnout sidecar` have in common: one
 # definition each, so their names, defaults, checks and help read the same everywhere.
 _SHARED: dict[str, Callable[[], Decorator]] = {
@@ -138,8 +174,45 @@ _SHARED: dict[str, Callable[[], Decorator]] = {
     "grpc_root_cert": lambda: click.option(
         "--grpc-root-cert", default="", help="PEM CA certificates that sign client certificates"
     ),
+    "consul_token": lambda: _consul_option(
+        "--consul-token", consul_env="CONSUL_HTTP_TOKEN", help="Consul ACL token, sent as X-Consul-Token"
+    ),
+    "consul_token_file": lambda: _consul_option(
+        "--consul-token-file",
+        consul_env="CONSUL_HTTP_TOKEN_FILE",
+        help="file holding the Consul ACL token; --consul-token wins",
+    ),
+    "consul_scheme": lambda: _consul_option(
+        "--consul-scheme",
+        consul_env="CONSUL_HTTP_SSL",
+        convert=_consul_bool,
+        type=click.Choice(["http", "https"]),
+        default="http",
+        help="http or https to the Consul agent; an https:// --consul implies https",
+    ),
+    "consul_ca_cert": lambda: _consul_option(
+        "--consul-ca-cert", consul_env="CONSUL_CACERT", help="PEM CA certificates that sign the agent's certificate"
+    ),
+    "consul_client_cert": lambda: _consul_option(
+        "--consul-client-cert", consul_env="CONSUL_CLIENT_CERT", help="PEM client certificate for the agent"
+    ),
+    "consul_client_key": lambda: _consul_option(
+        "--consul-client-key", consul_env="CONSUL_CLIENT_KEY", help="PEM private key of --consul-client-cert"
+    ),
+    "consul_datacenter": lambda: click.option(
+        "--consul-datacenter", default="", help="Consul datacenter to use (default: the agent's own)"
+    ),
 }
 LOG_FLAGS = ("log_verbose", "log_info", "log_warning", "log_error", "log_format", "log_file")
+CONSUL_FLAGS = (
+    "consul_token",
+    "consul_token_file",
+    "consul_scheme",
+    "consul_ca_cert",
+    "consul_client_cert",
+    "consul_client_key",
+    "consul_datacenter",
+)
 TLS_FLAGS = ("grpc_use_ssl", "grpc_use_ssl_mutual", "grpc_server_cert", "grpc_server_key", "grpc_root_cert")
 
 
@@ -157,3 +230,33 @@ def shared(*names: str) -> Decorator:
         return function
 
     return apply
+
+
+def consul_access(flags: dict[str, Any]) -> ConsulAccess:
+    """The ConsulAccess the CONSUL_FLAGS in `flags` describe (removed from `flags`)."""
+    values = {name: flags.pop(name) for name in CONSUL_FLAGS}
+    context = click.get_current_context(silent=True)
+    if context is not None and values["consul_token"]:
+        # As the consul CLI: a token beats a token file, unless only the file was given
+        # on the command line (then the token came from the environment).
+        given = click.core.ParameterSource.COMMANDLINE
+        if context.get_parameter_source("consul_token_file") == given != context.get_parameter_source("consul_token"):
+            values["consul_token"] = ""
+    if bool(values["consul_client_cert"]) != bool(values["consul_client_key"]):
+        raise click.UsageError("--consul-client-cert and --consul-client-key go together")
+    access = ConsulAccess(
+        scheme=values["consul_scheme"],
+        token=values["consul_token"],
+        token_file=values["consul_token_file"],
+        ca_cert=values["consul_ca_cert"],
+        client_cert=values["consul_client_cert"],
+        client_key=values["consul_client_key"],
+        datacenter=values["consul_datacenter"],
+    )
+    try:  # read the token file and TLS files now, so a bad path stops the start
+        access.secret()
+        if access.ca_cert or access.client_cert:
+            access.verify()
+    except ConsulAccessError as exc:
+        raise click.UsageError(str(exc)) from None
+    return access

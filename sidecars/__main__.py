@@ -6,10 +6,20 @@ the flag (--model-repository: TURNOUT_SIDECAR_MODEL_REPOSITORY; repeatable ones 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
-from protos.flags import HELP_OPTIONS, LOG_FLAGS, TLS_FLAGS, TRITON_BOOL, model_repository_option, shared
+from protos.flags import (
+    CONSUL_FLAGS,
+    HELP_OPTIONS,
+    LOG_FLAGS,
+    TLS_FLAGS,
+    TRITON_BOOL,
+    consul_access,
+    model_repository_option,
+    shared,
+)
 from sidecars.process import run
 from sidecars.runtime import RUNTIMES
 from sidecars.settings import ControlMode, SidecarSettings
@@ -59,12 +69,17 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 )
 @click.option("--lane-port", default=0, type=click.IntRange(0, 65535), help="TCP lane port; 0 binds a free port")
 @click.option("--lane-path", default="", help="Unix lane socket path (a stale socket there is replaced)")
-@click.option("--consul", default="", help="HOST:PORT of the local Consul agent: register this sidecar there")
+@click.option(
+    "--consul",
+    default="",
+    help="HOST:PORT (or http[s]://HOST:PORT) of the local Consul agent: register this sidecar there",
+)
 @click.option("--consul-service", default="turnout-sidecar", help="the Consul service name to register under")
 @click.option("--advertise-address", default="", help="address the gateway and Consul reach this sidecar at")
 @click.option("--device", default="cpu", help="the device advertised in the registration's meta")
 @click.option("--consul-check-interval", default="1s", help="how often Consul checks our gRPC health")
 @click.option("--consul-deregister-after", default="1m", help="Consul drops us after critical this long")
+@shared(*CONSUL_FLAGS)
 @shared(*TLS_FLAGS)
 def main(
     framework: str,
@@ -102,6 +117,7 @@ def main(
     grpc_server_cert: str,
     grpc_server_key: str,
     grpc_root_cert: str,
+    **consul_flags: Any,
 ) -> None:
     """Serve one framework's models of a Triton model repository over the v2 gRPC service."""
     # As the gateway's flags: mutual TLS implies TLS, and TLS needs a certificate and its key.
@@ -144,6 +160,7 @@ def main(
         lane_path=lane_path,
         consul=consul,
         consul_service=consul_service,
+        consul_access=consul_access(consul_flags),
         advertise_address=advertise_address,
         device=device,
         consul_check_interval=consul_check_interval,

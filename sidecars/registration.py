@@ -12,11 +12,13 @@ import ipaddress
 import logging
 import re
 import socket
+import ssl
 from typing import Any
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
+from protos.consul_access import host_port, refused
 from sidecars.models import ModelManager
 from sidecars.server import FLEET_HEALTH_SERVICE
 from sidecars.settings import SidecarSettings
@@ -30,6 +32,10 @@ _WILDCARD = ("0.0.0.0", "::", "")
 
 class ConsulUnreachable(Exception):
     pass
+
+
+class ConsulDenied(ConsulUnreachable):
+    """The agent's ACLs refused the request (HTTP 403): its message is the whole story."""
 
 
 def models_meta(manager: ModelManager) -> dict[str, str]:
@@ -54,7 +60,7 @@ def advertised_host(settings: SidecarSettings) -> str:
         return settings.advertise_address
     if settings.host not in _WILDCARD:
         return settings.host
-    consul_host = settings.consul.split("://")[-1].rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
+    consul_host = host_port(settings.consul).rsplit(":", 1)[0].strip("[]") or "127.0.0.1"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((consul_host, 9))  # UDP connect sends nothing; it only picks the route
         host = str(probe.getsockname()[0])
@@ -85,8 +91,8 @@ class ConsulRegistration:
         self._lane = f"{host}:{lane_port}" if lane_port else ""
         self._metrics = f"{host}:{metrics_port}" if metrics_port else ""
         self.service_id = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{settings.consul_service}-{self.host}-{grpc_port}")
-        address = settings.consul if "://" in settings.consul else f"http://{settings.consul}"
-        self._http = httpx.AsyncClient(base_url=address, timeout=5.0)
+        # Raises ConsulAccessError where a token file or TLS file cannot be read.
+        self._http = settings.consul_access.client(settings.consul, timeout=5.0)
         # httpx logs every request at INFO; a registration or watch round is not news.
         logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -128,16 +134,19 @@ class ConsulRegistration:
             "Check": check,
         }
 
-    async def _put(self, path: str, body: dict[str, Any] | None = None) -> None:
+    async def _put(self, path: str, what: str, body: dict[str, Any] | None = None) -> None:
         try:
             response = await self._http.put(path, json=body)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ssl.SSLError) as exc:  # a refused client certificate shows after the handshake
             raise ConsulUnreachable(f"{exc!r}") from exc
+        if response.status_code == 403:
+            raise ConsulDenied(refused(self._settings.consul, what, response.text))
         if response.status_code != 200:
             raise ConsulUnreachable(f"HTTP {response.status_code}: {response.text.strip()}")
 
     async def register(self) -> None:
-        await self._put("/v1/agent/service/register", self.definition())
+        what = f"registering service '{self._settings.consul_service}'"
+        await self._put("/v1/agent/service/register", what, self.definition())
 
     async def run(self) -> None:
         """Register (retrying with backoff until Consul answers), then re-register on every
@@ -146,6 +155,10 @@ class ConsulRegistration:
         def say_retrying(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
             wait = state.next_action.sleep if state.next_action else 0.0
+            if isinstance(error, ConsulDenied):
+                # A token problem: say exactly that on every attempt, not "unreachable".
+                log.error("%s (attempt %d; retrying in %.1f s)", error, state.attempt_number, wait)
+                return
             log.warning(
                 "consul at %s unreachable (attempt %d): %s; retrying in %.1f s",
                 self._settings.consul,
@@ -172,13 +185,15 @@ class ConsulRegistration:
             self._manager.changed.clear()
             try:
                 await self.register()
+            except ConsulDenied as exc:
+                log.error("could not update the registration: %s", exc)
             except ConsulUnreachable as exc:
                 log.warning("consul at %s: could not update the registration: %s", self._settings.consul, exc)
 
     async def deregister(self) -> None:
         """Remove our entry; a Consul that does not answer is logged, not waited for."""
         try:
-            await self._put(f"/v1/agent/service/deregister/{self.service_id}")
+            await self._put(f"/v1/agent/service/deregister/{self.service_id}", f"deregistering '{self.service_id}'")
         except ConsulUnreachable as exc:
             log.warning("consul at %s: could not deregister: %s", self._settings.consul, exc)
         else:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from protos.consul_access import ConsulAccess
 
 
 class ControlMode(enum.Enum):
@@ -46,6 +48,7 @@ class SidecarSettings:
     # Fleet registration (sidecars.registration); "" = do not register.
     consul: str = ""  # HOST:PORT of the local Consul agent's HTTP API
     consul_service: str = "turnout-sidecar"
+    consul_access: ConsulAccess = field(default_factory=ConsulAccess)  # token, TLS, datacenter
     advertise_address: str = ""  # how others reach us; "" = the bound host (or the route to Consul)
     device: str = "cpu"  # advertised in the registration's meta
     consul_check_interval: str = "1s"

@@ -16,10 +16,12 @@ import click
 
 from gateway.settings import GatewaySettings, SidecarAddress
 from protos.flags import (
+    CONSUL_FLAGS,
     HELP_OPTIONS,
     LOG_FLAGS,
     TLS_FLAGS,
     TRITON_BOOL,
+    consul_access,
     model_repository_option,
     shared,
     shared_options,
@@ -374,7 +376,11 @@ def up(
     help="FRAMEWORK=HOST:PORT[,LANE[,METRICS]] of a sidecar to route to (repeatable); LANE is its infer lane "
     "('' for none), METRICS the host:port of its /metrics.",
 )
-@click.option("--consul", default="", help="HOST:PORT of a Consul agent's HTTP API: discover sidecars there.")
+@click.option(
+    "--consul",
+    default="",
+    help="HOST:PORT (or http[s]://HOST:PORT) of a Consul agent's HTTP API: discover sidecars there.",
+)
 @click.option("--consul-service", default="turnout-sidecar", show_default=True, help="Service the sidecars register.")
 @click.option(
     "--routing-kv-prefix",
@@ -382,6 +388,7 @@ def up(
     show_default=True,
     help="Consul KV prefix watched for routing policies (one JSON value per model).",
 )
+@shared(*CONSUL_FLAGS)
 @_gateway_options
 def gateway(sidecars: tuple[str, ...], **flags: Any) -> None:
     """Run the gateway alone, routing to sidecars that already run (--sidecar) or that
@@ -398,7 +405,8 @@ def gateway(sidecars: tuple[str, ...], **flags: Any) -> None:
         if not sep or not address:
             raise click.BadParameter(f"expected FRAMEWORK=HOST:PORT[,LANE], got {spec!r}", param_hint="--sidecar")
         addresses.append(SidecarAddress(framework, address, lane, metrics))
-    sys.exit(run(_gateway_settings(tuple(addresses), **flags)))
+    access = consul_access(flags)
+    sys.exit(run(_gateway_settings(tuple(addresses), consul_access=access, **flags)))
 
 
 @cli.command(add_help_option=False, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

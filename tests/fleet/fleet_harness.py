@@ -24,6 +24,7 @@ import pytest
 
 from protos.ready import GATEWAY_READY, SIDECAR_READY, parse_ready
 from tests.harness import ROOT, free_port, pump_lines, terminate
+from tests.pki import Pki
 
 CONSUL = ROOT / ".tools" / "consul" / "usr" / "bin" / "consul"
 START_TIMEOUT_S = 60.0
@@ -82,12 +83,18 @@ class Process:
             self.process.stdout.close()
 
 
-def spawn(command: Sequence[str], ready_prefix: str | None, timeout: float = START_TIMEOUT_S) -> Process:
-    """Start `command`; with `ready_prefix`, return once it prints that line."""
+def spawn(
+    command: Sequence[str],
+    ready_prefix: str | None,
+    timeout: float = START_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> Process:
+    """Start `command` (with `env` added to ours); with `ready_prefix`, return once it
+    prints that line."""
     process = subprocess.Popen(
         list(command),
         cwd=ROOT,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -117,10 +124,27 @@ def spawn(command: Sequence[str], ready_prefix: str | None, timeout: float = STA
 
 
 class Consul:
-    """A `consul agent -dev` on free ports; `http` is its API's host:port."""
+    """A `consul agent -dev` on free ports; `http` is its API's host:port.
 
-    def __init__(self, binary: Path, bind: str = "127.0.0.1", clients: Sequence[str] = ("127.0.0.1",)) -> None:
+    In production form, given a `config_dir` to write its config in: with `acl_master`,
+    ACLs on with default deny (the harness's own calls send the master token); with `pki`,
+    also HTTPS on `https` with that CA's server certificate, requiring client
+    certificates when `verify_incoming`."""
+
+    def __init__(
+        self,
+        binary: Path,
+        bind: str = "127.0.0.1",
+        clients: Sequence[str] = ("127.0.0.1",),
+        *,
+        config_dir: Path | None = None,
+        acl_master: str = "",
+        pki: Pki | None = None,
+        verify_incoming: bool = False,
+    ) -> None:
         self.http = f"{clients[0]}:{free_port(clients[0])}"
+        self.https = f"{clients[0]}:{free_port(clients[0])}" if pki is not None else ""
+        self.acl_master = acl_master
         ports = {
             "-http-port": self.http.rsplit(":", 1)[1],
             "-dns-port": str(free_port()),
@@ -132,6 +156,20 @@ class Consul:
         command = [str(binary), "agent", "-dev", "-bind", bind, "-client", " ".join(clients)]
         for flag, port in ports.items():
             command += [flag, port]
+        config = []
+        if acl_master:
+            # Consul 1.8's syntax; the agent's own token lets it sync its node and checks.
+            tokens = f'master = "{acl_master}", agent = "{acl_master}"'
+            config.append(f'acl {{ enabled = true, default_policy = "deny", tokens {{ {tokens} }} }}')
+        if pki is not None:
+            config.append(f"ports {{ https = {self.https.rsplit(':', 1)[1]} }}")
+            config.append(f'ca_file = "{pki.ca}"\ncert_file = "{pki.server_cert}"\nkey_file = "{pki.server_key}"')
+            config.append(f"verify_incoming_https = {str(verify_incoming).lower()}")
+        if config:
+            assert config_dir is not None, "ACLs and TLS need a config_dir"
+            path = config_dir / "consul.hcl"
+            path.write_text("\n".join(config) + "\n")
+            command += ["-config-file", str(path)]
         self.command = command
         self.start()
 
@@ -148,19 +186,27 @@ class Consul:
         except OSError:
             return False
 
+    def _request(self, path: str, method: str = "GET", body: bytes | None = None) -> urllib.request.Request:
+        headers = {"X-Consul-Token": self.acl_master} if self.acl_master else {}
+        return urllib.request.Request(f"http://{self.http}{path}", data=body, method=method, headers=headers)
+
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"http://{self.http}{path}", timeout=5) as response:
+        with urllib.request.urlopen(self._request(path), timeout=5) as response:
             body = response.read()
         return json.loads(body) if body else None
 
     def put(self, path: str, body: bytes = b"") -> Any:
-        request = urllib.request.Request(f"http://{self.http}{path}", data=body, method="PUT")
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(self._request(path, "PUT", body), timeout=5) as response:
             return json.loads(response.read() or b"null")
 
     def delete(self, path: str) -> None:
-        request = urllib.request.Request(f"http://{self.http}{path}", method="DELETE")
-        urllib.request.urlopen(request, timeout=5).close()
+        urllib.request.urlopen(self._request(path, "DELETE"), timeout=5).close()
+
+    def token(self, name: str, rules: str) -> str:
+        """A new ACL token holding only a policy `name` with `rules`; its secret."""
+        self.put("/v1/acl/policy", json.dumps({"Name": name, "Rules": rules}).encode())
+        token = self.put("/v1/acl/token", json.dumps({"Policies": [{"Name": name}]}).encode())
+        return str(token["SecretID"])
 
     def services(self, name: str = "turnout-sidecar") -> dict[str, Any]:
         """The agent's registrations of service `name`, by id."""
@@ -173,16 +219,27 @@ class Consul:
         self.agent.stop(timeout=10)
 
 
-def sidecar(consul: str, repository: Path, *flags: str, python: Sequence[str] = (sys.executable,)) -> Process:
+def sidecar(
+    consul: str,
+    repository: Path,
+    *flags: str,
+    python: Sequence[str] = (sys.executable,),
+    env: dict[str, str] | None = None,
+) -> Process:
     command = [*python, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repository}"]
     command += [f"--consul={consul}", "--exit-timeout-secs=3", *flags]
-    return spawn(command, SIDECAR_READY)
+    return spawn(command, SIDECAR_READY, env=env)
 
 
-def gateway(consul: str, *flags: str, python: Sequence[str] = (sys.executable,)) -> Process:
+def gateway_command(consul: str, *flags: str, python: Sequence[str] = (sys.executable,)) -> list[str]:
     command = [*python, "-m", "turnout", "gateway", f"--consul={consul}", "--host=127.0.0.1"]
-    command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=3", *flags]
-    return spawn(command, GATEWAY_READY)
+    return [*command, "--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-timeout-secs=3", *flags]
+
+
+def gateway(
+    consul: str, *flags: str, python: Sequence[str] = (sys.executable,), env: dict[str, str] | None = None
+) -> Process:
+    return spawn(gateway_command(consul, *flags, python=python), GATEWAY_READY, env=env)
 
 
 @contextlib.contextmanager
@@ -223,12 +280,13 @@ def unreachable(address: str) -> bool:
 
 
 @contextlib.contextmanager
-def consul_agent() -> Iterator[Consul]:
-    """A running dev agent for a fixture; skips the test where no consul binary exists."""
+def consul_agent(**options: Any) -> Iterator[Consul]:
+    """A running dev agent for a fixture (`options` as Consul takes them); skips the test
+    where no consul binary exists."""
     binary = consul_binary()
     if binary is None:
         pytest.skip(NO_CONSUL)
-    agent = Consul(binary)
+    agent = Consul(binary, **options)
     try:
         yield agent
     finally:
