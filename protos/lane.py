@@ -28,6 +28,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from enum import IntEnum
 from functools import partial
+from typing import cast
 
 from protos.rpc import MAX_MESSAGE_BYTES
 from protos.status import Status, TurnoutError
@@ -71,8 +72,10 @@ class _Framer(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A cast, not an isinstance check: uvloop's transports have the asyncio.Transport
+        # methods but are not its subclasses, and an exception raised here leaves uvloop's
+        # create_connection waiting forever.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self._skipping:
