@@ -154,7 +154,10 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per cell")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument(
-        "--event-loop", default="auto", choices=["auto", "asyncio", "uvloop"], help="turnout's and the sidecar's"
+        "--event-loop",
+        default="auto",
+        choices=["auto", "asyncio", "uvloop"],
+        help="turnout's, the sidecars' and the floor's",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results table and plots")
     args = parser.parse_args()
@@ -179,7 +182,7 @@ def main() -> None:
         with (
             _process(gateway_cmd, GATEWAY_READY) as (ready, gateway_pid),
             _process(sidecar_cmd, SIDECAR_READY) as (sidecar_ready, _),
-            _process([sys.executable, "-m", "bench.floor_server"], FLOOR_READY) as (floor_ready, _),
+            _process([sys.executable, "-m", "bench.floor_server", args.event_loop], FLOOR_READY) as (floor_ready, _),
         ):
             fields = parse_ready(ready, GATEWAY_READY) or {}
             floor = parse_ready(floor_ready, FLOOR_READY) or {}

@@ -5,7 +5,8 @@ and uvicorn answers the KServe binary infer POST, in one event loop; the model
 (OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, INT32) is computed inline with
 numpy. No gateway, no sidecar, no hop between them: what the work costs when one process
 does all of it, which turnout's two processes are measured against. Run as
-`python -m bench.floor_server`; prints `FLOOR_READY grpc=H:P http=H:P`.
+`python -m bench.floor_server [auto|asyncio|uvloop]` (the event loop, as turnout's
+`--event-loop`); prints `FLOOR_READY grpc=H:P http=H:P`.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 from typing import Any
 
 import grpc
 import numpy as np
 import uvicorn
 
+from protos import event_loop
 from protos import grpc_service_pb2 as pb
 from protos.rpc import MESSAGE_SIZE_OPTIONS, SERVICE
 
@@ -146,4 +149,4 @@ async def serve(host: str = "127.0.0.1") -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve())
+    event_loop.run(serve(), sys.argv[1] if len(sys.argv) > 1 else "auto")
