@@ -1,6 +1,7 @@
 """`python -m bench` (or `make bench`): simple and an FP32 MLP through the gateway
 (gRPC and HTTP binary) beside in-process ONNX Runtime, a plain grpc.aio echo server, a
-plain uvicorn echo, and one sidecar called directly over its lane; the MLP with dynamic
+plain uvicorn echo, one sidecar called directly over its lane, and for simple the floor
+(one process serving the model itself over both protocols) with turnout as its ratio; the MLP with dynamic
 batching off and on at concurrency 32; the gateway's CPU time per request; and the same
 MLP as TorchScript through the PyTorch sidecar beside in-process torch. All in one run,
 so the ratios hold on a noisy machine. Writes a results table (Markdown, CSV) and plots.
@@ -25,6 +26,7 @@ import tritonclient.grpc.aio as grpcclient
 import tritonclient.http.aio as httpclient
 
 from bench.closed_loop import Figures, run_async, run_threads
+from bench.floor_server import READY as FLOOR_READY
 from protos import grpc_service_pb2 as pb
 from protos.lane import LaneClient
 from protos.ready import GATEWAY_READY, SIDECAR_READY, parse_ready
@@ -151,6 +153,12 @@ def main() -> None:
     parser.add_argument("--batching-concurrency", type=int, default=32, help="MLP batching off vs on, at this")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per cell")
     parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument(
+        "--event-loop",
+        default="auto",
+        choices=["auto", "asyncio", "uvloop"],
+        help="turnout's, the sidecars' and the floor's",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results table and plots")
     args = parser.parse_args()
     models = args.models.split(",")
@@ -168,13 +176,16 @@ def main() -> None:
             write_torch_mlp(Path(repo), "mlp_torch")
         gateway_cmd = [sys.executable, "-m", "turnout", "up", f"--model-repository={repo}", "--host=127.0.0.1"]
         gateway_cmd += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--log-info=false"]
+        gateway_cmd += [f"--event-loop={args.event_loop}"]
         sidecar_cmd = [sys.executable, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repo}"]
-        sidecar_cmd += ["--lane=tcp", "--log-info=false", "--allow-metrics=false"]
+        sidecar_cmd += ["--lane=tcp", "--log-info=false", "--allow-metrics=false", f"--event-loop={args.event_loop}"]
         with (
             _process(gateway_cmd, GATEWAY_READY) as (ready, gateway_pid),
             _process(sidecar_cmd, SIDECAR_READY) as (sidecar_ready, _),
+            _process([sys.executable, "-m", "bench.floor_server", args.event_loop], FLOOR_READY) as (floor_ready, _),
         ):
             fields = parse_ready(ready, GATEWAY_READY) or {}
+            floor = parse_ready(floor_ready, FLOOR_READY) or {}
             lane = (parse_ready(sidecar_ready, SIDECAR_READY) or {})["lane"]
             for model in models:
                 arrays = _inputs(model, rng)
@@ -196,6 +207,11 @@ def main() -> None:
                             ),
                             ("sidecar alone, lane", asyncio.run(_lane(lane, model, arrays, conc, w, d))),
                         ]
+                        if model == "simple":
+                            cells += [
+                                ("floor, gRPC", asyncio.run(_grpc(floor["grpc"], model, arrays, conc, w, d))),
+                                ("floor, HTTP binary", asyncio.run(_http(floor["http"], model, arrays, conc, w, d))),
+                            ]
                         for path, protocol in (("turnout, gRPC", "grpc"), ("turnout, HTTP binary", "http")):
                             before = _cpu_seconds(gateway_pid)
                             run = _grpc if protocol == "grpc" else _http
@@ -230,7 +246,7 @@ def main() -> None:
     print()
     for key, seconds in cpu_per_request.items():
         print(f"gateway CPU per request, {key}: {seconds * 1e6:.0f} us")
-    targets = _targets(rows, cpu_per_request)
+    targets = _targets(rows, cpu_per_request) + _against_floor(rows)
     for line in targets:
         print(line)
     _write(args.out, rows, cpu_per_request, targets)
@@ -263,6 +279,22 @@ def _targets(rows: list[Row], cpu: dict[str, float]) -> list[str]:
     grpc_cpu = [v for k, v in cpu.items() if k.startswith("simple c16 grpc")]
     if grpc_cpu:
         lines.append(f"gateway CPU per gRPC request (simple c16): {grpc_cpu[0] * 1e6:.0f} us (goal < 150 us)")
+    return lines
+
+
+def _against_floor(rows: list[Row]) -> list[str]:
+    """simple through turnout as a ratio of the floor: req/s (higher is better) and p50."""
+    lines = []
+    for model, conc, path, floor in rows:
+        protocol = path.removeprefix("floor, ")
+        if model != "simple" or not path.startswith("floor, "):
+            continue
+        turnout = _find(rows, model, conc, f"turnout, {protocol}")
+        if turnout is not None:
+            lines.append(
+                f"simple {protocol} c{conc} turnout vs floor: req/s {turnout.throughput / floor.throughput:.0%}, "
+                f"p50 {turnout.p50_ms / floor.p50_ms:.2f}x ({turnout.throughput:.0f} vs {floor.throughput:.0f} req/s)"
+            )
     return lines
 
 

@@ -38,6 +38,7 @@ from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
 from gateway.tracing.tracer import Tracer
 from gateway.upstream import SidecarClient, SidecarTls
+from protos import event_loop
 from protos.consul_access import ConsulAccessError
 from protos.logs import LogSettings
 from protos.ready import GATEWAY_READY, ready_line
@@ -194,7 +195,7 @@ async def _consul_denies(consul: ConsulClient, settings: GatewaySettings, deadli
 def run(settings: GatewaySettings) -> int:
     """Serve until SIGTERM/SIGINT; return the process exit status."""
     try:
-        return asyncio.run(serve(settings))
+        return event_loop.run(serve(settings), settings.event_loop)
     except (PortUnavailable, OSError) as exc:
         print(f"turnout gateway: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -33,6 +33,7 @@ class GatewaySettings:
     exit_on_error: bool = False
     allow_client_shm: bool = False
     exit_timeout_secs: float = 30.0
+    event_loop: str = "auto"  # auto | asyncio | uvloop (protos.event_loop)
     http_max_input_size: int = 64 * 2**20
     log_verbose: int = 0
     log_info: bool = True

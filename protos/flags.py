@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable
 from typing import Any
@@ -114,6 +115,12 @@ def _consul_option(*names: str, consul_env: str, **kwargs: Any) -> Decorator:
     )
 
 
+def _installed_loop(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise click.BadParameter("uvloop is not installed (pip install 'turnout[uvloop]')")
+    return value
+
+
 # The flags `turnout up`, `turnout gateway` and `turnout sidecar` have in common: one
 # definition each, so their names, defaults, checks and help read the same everywhere.
 _SHARED: dict[str, Callable[[], Decorator]] = {
@@ -149,6 +156,14 @@ _SHARED: dict[str, Callable[[], Decorator]] = {
         default=30.0,
         show_default=True,
         help="on SIGTERM, how long requests in flight may take to finish",
+    ),
+    "event_loop": lambda: click.option(
+        "--event-loop",
+        type=click.Choice(["auto", "asyncio", "uvloop"]),
+        default="auto",
+        show_default=True,
+        callback=_installed_loop,
+        help="the event loop: uvloop where installed (auto), or asyncio's own",
     ),
     "log_verbose": lambda: click.option(
         "--log-verbose", type=click.IntRange(min=0), default=0, show_default=True, help="verbose logging level"

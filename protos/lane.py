@@ -28,6 +28,7 @@ import struct
 from collections.abc import Awaitable, Callable
 from enum import IntEnum
 from functools import partial
+from typing import cast
 
 from protos.rpc import MAX_MESSAGE_BYTES
 from protos.status import Status, TurnoutError
@@ -71,8 +72,10 @@ class _Framer(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A cast, not an isinstance check: uvloop's transports have the asyncio.Transport
+        # methods but are not its subclasses, and an exception raised here leaves uvloop's
+        # create_connection waiting forever.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if self._skipping:
@@ -81,12 +84,18 @@ class _Framer(asyncio.Protocol):
                 return
             data = data[self._skipping :]
             self._skipping = 0
+        # Frames are cut from where they arrived, each payload copied once: from `data` itself
+        # when nothing is held over (whole frames per read, the common case), else from the
+        # buffer that joins the pieces of a frame read in parts, through a memoryview.
         buffer = self._buffer
-        buffer += data
+        held = bool(buffer)
+        if held:
+            buffer += data
+        source = buffer if held else data
         offset = 0
-        size = len(buffer)
+        size = len(source)
         while size - offset >= _HEADER.size:
-            length, call_id, kind = _HEADER.unpack_from(buffer, offset)
+            length, call_id, kind = _HEADER.unpack_from(source, offset)
             start = offset + _HEADER.size
             if length > self.max_frame:
                 self.frame_refused(call_id, kind, length)
@@ -96,10 +105,12 @@ class _Framer(asyncio.Protocol):
             end = start + length
             if end > size:
                 break
-            self.frame_received(call_id, kind, bytes(buffer[start:end]))
+            self.frame_received(call_id, kind, bytes(memoryview(buffer)[start:end]) if held else data[start:end])
             offset = end
-        if offset:
+        if held:
             del buffer[:offset]
+        elif offset < size:
+            buffer += memoryview(data)[offset:] if offset else data  # the start of a frame still arriving
 
     def send(self, call_id: int, kind: int, payload: bytes, prefix: bytes = b"") -> None:
         """Queue one frame; `prefix` (a few bytes) joins the header, so the payload is never

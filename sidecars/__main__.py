@@ -58,7 +58,7 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     **TRITON_BOOL,
 )
 @click.option("--backend-config", multiple=True, help="<setting>=<value>, e.g. default-max-batch-size=4")
-@shared("exit_timeout_secs", *LOG_FLAGS)
+@shared("exit_timeout_secs", "event_loop", *LOG_FLAGS)
 @click.option("--metrics-port", default=0, type=click.IntRange(0, 65535), help="/metrics port; 0 binds a free port")
 @shared("allow_metrics")
 @click.option(
@@ -95,6 +95,7 @@ def main(
     report_unassigned_models: bool,
     backend_config: tuple[str, ...],
     exit_timeout_secs: float,
+    event_loop: str,
     log_verbose: int,
     log_info: bool,
     log_warning: bool,
@@ -147,6 +148,7 @@ def main(
         default_max_batch_size=default_max_batch_size,
         backend_config=options,
         exit_timeout_secs=exit_timeout_secs,
+        event_loop=event_loop,
         log_verbose=log_verbose,
         log_info=log_info,
         log_warning=log_warning,

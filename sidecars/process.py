@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from protos import event_loop
 from protos.lane import LaneServer
 from protos.logs import LogSettings
 from protos.ready import SIDECAR_READY, ready_line
@@ -223,7 +224,7 @@ def _remove_lane_folder(folder: str | None) -> None:
 def run(settings: SidecarSettings) -> int:
     logging.basicConfig(stream=sys.stderr)
     LogSettings.of(settings).apply()
-    return asyncio.run(serve(settings))
+    return event_loop.run(serve(settings), settings.event_loop)
 
 
 def model_table(entries: Sequence[IndexEntry]) -> str:

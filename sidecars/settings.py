@@ -34,6 +34,7 @@ class SidecarSettings:
     default_max_batch_size: int = 4
     backend_config: tuple[tuple[str, str], ...] = ()
     exit_timeout_secs: float = 30.0
+    event_loop: str = "auto"  # auto | asyncio | uvloop (protos.event_loop)
     log_verbose: int = 0
     log_info: bool = True
     log_warning: bool = True

@@ -276,3 +276,21 @@ async def test_a_reply_over_the_limit_becomes_an_error_on_either_end(tmp_path) -
     finally:
         client.close()
         server.stop_accepting()
+
+
+@pytest.mark.parametrize("kind", ["unix", "tcp"])
+def test_the_lane_serves_on_uvloop(tmp_path, kind) -> None:
+    # uvloop's transports are not asyncio.Transport subclasses; the lane must not ask.
+    uvloop = pytest.importorskip("uvloop")
+
+    async def exchange() -> list[bytes]:
+        server = LaneServer(_handler)
+        client = LaneClient(await start(server, kind, tmp_path))
+        try:
+            return await asyncio.wait_for(asyncio.gather(client.call(b"abc"), client.call(b"slow")), 5)
+        finally:
+            client.close()
+            server.stop_accepting()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(exchange()) == [b"cba", b"wols"]
