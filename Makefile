@@ -25,8 +25,8 @@ serve: $(SERVE)
 
 $(SERVE): pyproject.toml scripts/venv
 	scripts/venv $(PYTHON) $(VENV)
-	@echo "make: installing turnout with ONNX Runtime into $(VENV) (about 150 MB)"
-	$(PIP) install --progress-bar on -e '.[onnxruntime]'
+	@echo "make: installing turnout with ONNX Runtime and uvloop into $(VENV) (about 150 MB)"
+	$(PIP) install --progress-bar on -e '.[onnxruntime,uvloop]'
 	touch $@
 
 run: $(SERVE)
