@@ -190,10 +190,7 @@ class Gateway:
                     payload = with_version(payload, version)
                 if carry:
                     payload += request_id_parameter(request_id)
-                if trace is None:
-                    response = await self._dispatcher.send(model, version, payload, context)
-                else:
-                    response = await self._dispatcher.send_traced(trace, model, version, payload, context)
+                response = await self._dispatcher.forward(model, version, payload, context)
                 if decision.shadow:
                     # After the primary answered, so the copy can neither delay nor fail it.
                     self._shadows.mirror(model, decision.shadow, payload, response)
@@ -215,12 +212,7 @@ class Gateway:
         """Infer with shared-memory tensors resolved: input regions become raw contents,
         output regions receive the raw outputs, which leave the response empty."""
         forward, targets = self._shm.resolve_request(request, version)
-        payload = forward.SerializeToString()
-        trace = context.trace
-        if trace is None:
-            encoded = await self._dispatcher.send(request.model_name, version, payload, context)
-        else:
-            encoded = await self._dispatcher.send_traced(trace, request.model_name, version, payload, context)
+        encoded = await self._dispatcher.forward(request.model_name, version, forward.SerializeToString(), context)
         return self._shm.write_outputs(encoded, targets)
 
     async def _infer_ensemble(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:

@@ -93,6 +93,11 @@ def to_raw(array: np.ndarray, datatype: DataType) -> bytes:
     return np.ascontiguousarray(array, dtype=datatype.numpy.newbyteorder("<")).tobytes()
 
 
+def shape_text(dims: Iterable[int]) -> str:
+    """Triton's spelling of a shape in its messages: `[1,3,224]`, no spaces; `[]` when empty."""
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
 def raw_byte_size(datatype: DataType, shape: Sequence[int]) -> int | None:
     """Bytes a tensor of this type and shape takes, or None for BYTES."""
     if datatype.name == "BYTES":

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from protos import model_config_pb2 as mc
+from protos.codec import shape_text
 from protos.status import invalid_arg
 
 
@@ -88,15 +89,11 @@ def _merge(tensors: dict[str, _Node], ensemble: str, tensor_name: str, node: _No
     # A batching and a non-batching model may share a tensor when their full shapes agree.
     if not _dims_agree(known.dims, node.dims) and not _dims_agree(known.full_dims, node.full_dims):
         raise invalid_arg(
-            f"{prefix}inconsistent shape: {_dims_text(known.full_dims)} is inferred from model {known.model} "
-            f"while {_dims_text(node.full_dims)} is inferred from model {node.model}"
+            f"{prefix}inconsistent shape: {shape_text(known.full_dims)} is inferred from model {known.model} "
+            f"while {shape_text(node.full_dims)} is inferred from model {node.model}"
         )
 
 
 def _dims_agree(first: Sequence[int], second: Sequence[int]) -> bool:
     """Equal rank, and every dimension equal or variable (-1) on either side."""
     return len(first) == len(second) and all(a == b or a == -1 or b == -1 for a, b in zip(first, second, strict=True))
-
-
-def _dims_text(dims: Sequence[int]) -> str:
-    return "[" + ",".join(str(d) for d in dims) + "]"

@@ -9,13 +9,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from protos import model_config_pb2 as mc
+from protos.codec import shape_text
 from protos.datatypes import BY_CONFIG_NAME
 from protos.status import TurnoutError, invalid_arg, unavailable
-
-
-def shape_text(dims: Iterable[int]) -> str:
-    """Triton's ShapeToString: `[1,3,224]`, no spaces; `[]` when empty."""
-    return "[" + ",".join(str(d) for d in dims) + "]"
 
 
 def config_dims(tensor: mc.ModelInput | mc.ModelOutput) -> list[int]:

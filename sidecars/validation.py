@@ -78,10 +78,6 @@ class ValidRequest:
     sequence: SequenceFlags | None = None
 
 
-def _shape_text(shape: Any) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
-
-
 def _names_text(names: Any) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
@@ -138,7 +134,7 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
         if any(d < 0 for d in shape):
             raise invalid_arg(
                 f"All input dimensions should be specified for input '{tensor.name}' for model '{model}', "
-                f"got {_shape_text(shape)}"
+                f"got {codec.shape_text(shape)}"
             )
         if batched:
             if not shape:
@@ -165,7 +161,7 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
                 )
             raise invalid_arg(
                 f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
-                f"Expected {_shape_text(signature.full_dims(spec))}, got {_shape_text(shape)}.{note}"
+                f"Expected {codec.shape_text(signature.full_dims(spec))}, got {codec.shape_text(shape)}.{note}"
             )
         if tensor.datatype != spec.datatype.name:
             raise invalid_arg(

@@ -169,10 +169,6 @@ def _element_count(shape: Sequence[int]) -> int:
     return count
 
 
-def _shape_text(shape: Sequence[int]) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
-
-
 def _parse_request_parameters(value: Any, request: ModelInferRequest, rendering: OutputRendering) -> None:
     if not isinstance(value, dict):
         raise internal("failed to get request params.")
@@ -293,11 +289,11 @@ def _parse_input(
         return offset
     if count == -2:
         raise invalid_arg(
-            f"invalid shape for input '{name}': shape {_shape_text(shape)} contains one or more invalid dimensions"
+            f"invalid shape for input '{name}': shape {codec.shape_text(shape)} contains one or more invalid dimensions"
         )
     if count == -3:
         raise invalid_arg(
-            f"invalid shape for input '{name}': shape {_shape_text(shape)} causes total element count to exceed "
+            f"invalid shape for input '{name}': shape {codec.shape_text(shape)} causes total element count to exceed "
             f"maximum size of {_INT64_MAX}"
         )
     data = _member_array(entry, "data")

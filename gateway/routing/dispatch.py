@@ -133,6 +133,13 @@ class Dispatcher:
                     raise
                 self._metrics.count_failover(model, "retried")
 
+    async def forward(self, model: str, version: str, payload: bytes, context: RequestContext) -> bytes:
+        """`send`, or `send_traced` when the request is traced (`context.trace`)."""
+        trace = context.trace
+        if trace is None:
+            return await self.send(model, version, payload, context)
+        return await self.send_traced(trace, model, version, payload, context)
+
     async def send_traced(
         self, trace: Trace, model: str, version: str, payload: bytes, context: RequestContext
     ) -> bytes:

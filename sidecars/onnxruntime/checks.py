@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from protos import model_config_pb2 as mc
+from protos.codec import shape_text
 from protos.status import internal, invalid_arg, unsupported
 from sidecars.backend_checks import (
     check_dims,
     config_dims,
     server_type_name,
-    shape_text,
     unexpected_input,
     unexpected_output,
 )

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from protos import model_config_pb2 as mc
+from protos.codec import shape_text
 from protos.status import internal, invalid_arg, not_found
-from sidecars.backend_checks import config_dims, server_type_name, shape_text, unexpected_input, unexpected_output
+from sidecars.backend_checks import config_dims, server_type_name, unexpected_input, unexpected_output
 from sidecars.sequence_config import sequence_controls
 from sidecars.tensorrt.engine import TRT_TYPES, EngineTensor
 
