@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from gateway.context import RequestContext
@@ -18,13 +18,13 @@ from gateway.metrics import GatewayMetrics
 from gateway.registry import ModelRegistry
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
-from gateway.routing.sequences import Pin, SequencePins
+from gateway.routing.sequences import Pin, SequencePins, in_rendezvous_order, placement_key
 from gateway.routing.versions import Decision, Reason, VersionChooser
 from gateway.tracing.trace import Trace
 from gateway.upstream import SidecarClient, SidecarUnreachable
 from protos import grpc_service_pb2 as pb
 from protos.sequence import SequenceFlags
-from protos.status import not_found, unavailable
+from protos.status import Cause, TurnoutError, not_found, unavailable
 from protos.trace import take_report, trace_parameter
 from protos.wire import length_delimited
 
@@ -60,32 +60,48 @@ class Dispatcher:
         self._pins = SequencePins(clock)
 
     def decide(self, model: str, requested: str, context: RequestContext) -> Decision:
-        if context.sequence is not None:
-            return self._decide_sequence(model, requested, context, context.sequence)
+        sequence = context.sequence
+        if sequence is not None:
+            return self._decide_sequence(model, requested, context, sequence)
+        decision = self._choose(model, requested, context, "")
+        self._count_route(model, requested, decision)
+        return decision
+
+    def _choose(self, model: str, requested: str, context: RequestContext, draw_key: str) -> Decision:
         policy = self._policies.get(model)
         if policy is None and not requested:
             return Decision("", Reason.DEFAULT)
         ready = self._registry.ready_versions(model)
-        decision = self._chooser.choose(policy, requested, context.headers, ready)
+        return self._chooser.choose(policy, requested, context.headers, ready, draw_key)
+
+    def _count_route(self, model: str, requested: str, decision: Decision) -> None:
         # Label only versions the policy or the fleet knows: a client's version text is unbounded.
-        known = decision.version in (ready or ()) or (
+        policy = self._policies.get(model)
+        known = decision.version in (self._registry.ready_versions(model) or ()) or (
             policy is not None and any(v == decision.version for v, _ in policy.weights)
         )
         self._metrics.count_route(model, decision, decision.version if known or not decision.version else "other")
-        return decision
 
     def _decide_sequence(
         self, model: str, requested: str, context: RequestContext, sequence: SequenceFlags
     ) -> Decision:
-        """A sequence keeps the version its START got; a START is routed like any request,
-        but to a definite version (the newest READY one when nothing else chooses) and
-        never shadowed, since a shadow would see the sequence's later requests alone."""
-        pin = None if sequence.start else self._pins.get(model, sequence)
-        if pin is not None:
-            decision = Decision(pin.version, Reason.SEQUENCE)
-            self._metrics.count_route(model, decision, pin.version or "default")
+        """A START is routed like any request, but to a definite version (the newest READY
+        one when nothing else chooses), by a weighted choice every gateway makes alike (a
+        hash of the sequence id, where no sticky key decides), and never shadowed, since a
+        shadow would see the sequence's later requests alone. A later request names no
+        version unless its client did: `send` finds the version that holds the sequence."""
+        if sequence.start or requested:
+            decision = replace(self._start_decision(model, requested, context, sequence), shadow="")
+            self._count_route(model, requested, decision)
             return decision
-        decision = replace(self.decide(model, requested, replace(context, sequence=None)), shadow="")
+        pin = self._pins.get(model, sequence)
+        expected = pin.version if pin is not None else self._start_decision(model, "", context, sequence).version
+        decision = Decision("", Reason.SEQUENCE)
+        self._metrics.count_route(model, decision, expected or "default")
+        return decision
+
+    def _start_decision(self, model: str, requested: str, context: RequestContext, sequence: SequenceFlags) -> Decision:
+        decision = self._choose(model, requested, context, placement_key(model, sequence))
         if not decision.version:
             ready = self._registry.ready_versions(model)
             if ready:
@@ -99,28 +115,25 @@ class Dispatcher:
     async def send(self, model: str, version: str, payload: bytes, context: RequestContext) -> bytes:
         """Send to one replica serving `model` (`version` if given); a replica that could
         not be reached is ejected and the next one tried, until the deadline. A sequence's
-        requests after its START go where the START went, with no failover."""
+        START goes to the first replica of its rendezvous order that can be reached, and
+        its later requests where the START went (`_send_in_sequence`)."""
         sequence = context.sequence
         if sequence is not None and not sequence.start:
-            pin = self._pins.get(model, sequence)
-            if pin is not None:
-                if sequence.end:
-                    self._pins.end(model, sequence)
-                return await self._send_pinned(model, sequence, pin, payload, context)
-        candidates = self._registry.replicas(model, version)
-        if not candidates:
-            await self._registry.find(model)  # an unknown name may be new: look once more
-            candidates = self._registry.replicas(model, version)
-        if not candidates:
-            raise not_found(f"Request for unknown model: '{model}' is not found")
+            return await self._send_in_sequence(model, version, payload, context, sequence)
+        candidates = await self._replicas(model, version)
+        if sequence is not None:
+            candidates = in_rendezvous_order(placement_key(model, sequence), candidates)
         deadline = context.deadline or self._clock() + DEFAULT_BUDGET_SECS
         tried: list[SidecarClient] = []
         while True:
-            client = self._balancer.choose(candidates, tried)
+            if sequence is not None:
+                client = self._balancer.first(candidates, tried)
+            else:
+                client = self._balancer.choose(candidates, tried)
             if client is None:
                 raise unavailable(f"no replica of model '{model}' could be reached")
             tried.append(client)
-            if sequence is not None and sequence.start and not sequence.end:
+            if sequence is not None and not sequence.end:
                 # Before the send: a stream's next requests of this sequence may follow at once.
                 self._pins.bind(model, sequence, version, client)
             try:
@@ -132,6 +145,15 @@ class Dispatcher:
                     self._metrics.count_failover(model, "exhausted")
                     raise
                 self._metrics.count_failover(model, "retried")
+
+    async def _replicas(self, model: str, version: str) -> Sequence[SidecarClient]:
+        candidates = self._registry.replicas(model, version)
+        if not candidates:
+            await self._registry.find(model)  # an unknown name may be new: look once more
+            candidates = self._registry.replicas(model, version)
+        if not candidates:
+            raise not_found(f"Request for unknown model: '{model}' is not found")
+        return candidates
 
     async def forward(self, model: str, version: str, payload: bytes, context: RequestContext) -> bytes:
         """`send`, or `send_traced` when the request is traced (`context.trace`)."""
@@ -152,6 +174,77 @@ class Dispatcher:
         trace.sidecar_answered(report, sent, received)
         return response
 
+    async def _send_in_sequence(
+        self, model: str, version: str, payload: bytes, context: RequestContext, sequence: SequenceFlags
+    ) -> bytes:
+        """A sequence's later request goes where its START went: to the replica this
+        gateway pinned it to, else along the order every gateway derives alike (the
+        replicas of the version a START would get now, in the sequence's rendezvous
+        order, then those of the other READY versions; only `version`'s when the client
+        named one), to the first replica that holds the sequence. One that does not says
+        so (Cause.UNKNOWN_SEQUENCE) and the next is asked; the state never moves, so when
+        none holds it the answer is Triton's, or ours when a replica could not be reached."""
+        tried: list[tuple[str, SidecarClient]] = []
+        pin = self._pins.get(model, sequence)
+        if pin is not None and version in ("", pin.version):
+            if sequence.end:
+                self._pins.end(model, sequence)
+            try:
+                return await self._send_pinned(model, sequence, pin, payload, context)
+            except TurnoutError as exc:
+                if exc.cause is not Cause.UNKNOWN_SEQUENCE:
+                    raise
+                # A stale pin: the sequence ended, and started again elsewhere, through another gateway.
+                self._pins.end(model, sequence)
+                tried.append((pin.version, pin.replica))
+        deadline = context.deadline or self._clock() + DEFAULT_BUDGET_SECS
+        refusal: TurnoutError | None = None
+        unreachable: list[str] = []
+        for held_version, client in await self._sequence_order(model, version, context, sequence):
+            if (held_version, client) in tried:
+                continue
+            try:
+                with self._balancer.track(client):
+                    response = await client.infer(_versioned(payload, held_version), _traceparent(context))
+            except SidecarUnreachable as exc:
+                self._balancer.eject(client, exc.message)
+                unreachable.append(client.address)
+                if self._clock() >= deadline:
+                    break
+                continue
+            except TurnoutError as exc:
+                if exc.cause is not Cause.UNKNOWN_SEQUENCE:
+                    raise
+                refusal = exc
+                continue
+            if not sequence.end:
+                self._pins.bind(model, sequence, held_version, client)
+            return response
+        if unreachable:
+            raise unavailable(
+                f"sequence {sequence.id} of model '{model}' is held by no replica that could be reached "
+                f"({', '.join(unreachable)} could not be); start the sequence again"
+            )
+        if refusal is None:  # pragma: no cover - `_replicas` raised for a model with no replica
+            raise unavailable(f"no replica of model '{model}' could be reached")
+        raise refusal
+
+    async def _sequence_order(
+        self, model: str, version: str, context: RequestContext, sequence: SequenceFlags
+    ) -> list[tuple[str, SidecarClient]]:
+        """(version, replica) pairs in the order a later request of `sequence` asks them."""
+        if version:
+            versions = [version]
+        else:
+            first = self._start_decision(model, "", context, sequence).version
+            others = sorted((self._registry.ready_versions(model) or frozenset()) - {first}, key=int, reverse=True)
+            versions = [first, *others]
+        key = placement_key(model, sequence)
+        order: list[tuple[str, SidecarClient]] = []
+        for each in versions:
+            order += [(each, client) for client in in_rendezvous_order(key, await self._replicas(model, each))]
+        return order
+
     async def _send_pinned(
         self, model: str, sequence: SequenceFlags, pin: Pin, payload: bytes, context: RequestContext
     ) -> bytes:
@@ -163,7 +256,7 @@ class Dispatcher:
             raise unavailable(f"{lost} no longer serves it; start the sequence again")
         try:
             with self._balancer.track(client):
-                return await client.infer(payload, _traceparent(context))
+                return await client.infer(_versioned(payload, pin.version), _traceparent(context))
         except SidecarUnreachable as exc:
             self._balancer.eject(client, exc.message)
             raise unavailable(f"{lost} could not be reached; start the sequence again") from exc
@@ -176,6 +269,10 @@ class Dispatcher:
             raise not_found(f"no replica serves '{model}' version {version}")
         with self._balancer.track(client):
             return await client.infer(with_version(payload, version))
+
+
+def _versioned(payload: bytes, version: str) -> bytes:
+    return with_version(payload, version) if version else payload
 
 
 def _traceparent(context: RequestContext) -> str:
