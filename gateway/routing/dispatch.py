@@ -185,6 +185,7 @@ class Dispatcher:
         so (Cause.UNKNOWN_SEQUENCE) and the next is asked; the state never moves, so when
         none holds it the answer is Triton's, or ours when a replica could not be reached."""
         tried: list[tuple[str, SidecarClient]] = []
+        refusal: TurnoutError | None = None
         pin = self._pins.get(model, sequence)
         if pin is not None and version in ("", pin.version):
             if sequence.end:
@@ -194,11 +195,12 @@ class Dispatcher:
             except TurnoutError as exc:
                 if exc.cause is not Cause.UNKNOWN_SEQUENCE:
                     raise
-                # A stale pin: the sequence ended, and started again elsewhere, through another gateway.
+                # The replica let it go (idle, or ended through another gateway and maybe started
+                # again elsewhere): this pin is stale, and the order says where else to look.
                 self._pins.end(model, sequence)
                 tried.append((pin.version, pin.replica))
+                refusal = exc
         deadline = context.deadline or self._clock() + DEFAULT_BUDGET_SECS
-        refusal: TurnoutError | None = None
         unreachable: list[str] = []
         for held_version, client in await self._sequence_order(model, version, context, sequence):
             if (held_version, client) in tried:
@@ -227,7 +229,7 @@ class Dispatcher:
             )
         if refusal is None:  # pragma: no cover - `_replicas` raised for a model with no replica
             raise unavailable(f"no replica of model '{model}' could be reached")
-        raise refusal
+        raise refusal  # Triton's answer: no replica holds the sequence
 
     async def _sequence_order(
         self, model: str, version: str, context: RequestContext, sequence: SequenceFlags

@@ -446,6 +446,20 @@ async def test_a_stale_pin_is_dropped_and_the_order_followed(balancer: Balancer,
     await let_background_tasks_run()
 
 
+async def test_a_pinned_sequence_its_replica_let_go_gets_tritons_answer_from_it(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    a = SequenceHoldingReplica("a")
+    dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}}), balancer, metrics)
+    await infer(dispatcher, 7, start=True)
+    a.held.clear()  # as a sidecar releases a sequence idle for too long
+    with pytest.raises(TurnoutError) as info:
+        await infer(dispatcher, 7)
+    assert info.value.status is Status.INVALID_ARG and info.value.cause is Cause.UNKNOWN_SEQUENCE
+    assert len(a.received) == 2  # asked once, through its pin
+    await let_background_tasks_run()
+
+
 async def test_later_requests_of_a_sequence_keep_the_version_of_its_start(
     balancer: Balancer, metrics: GatewayMetrics
 ) -> None:
