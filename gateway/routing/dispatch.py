@@ -1,6 +1,7 @@
 """One inference on its way to a sidecar: the version the routing policy picks, the
 replica the balancer picks, and failover to another replica when the first could not
-be reached, within the request's deadline.
+be reached, within the request's deadline; for a sequence, the version and replica its
+id places it on, alike on every gateway (`gateway.routing.sequences`).
 
 The request stays in the bytes it arrived in: a chosen version is appended as one more
 `model_version` field, which protobuf parsing lets win over any earlier value.
@@ -64,7 +65,7 @@ class Dispatcher:
         if sequence is not None:
             return self._decide_sequence(model, requested, context, sequence)
         decision = self._choose(model, requested, context, "")
-        self._count_route(model, requested, decision)
+        self._count_route(model, decision)
         return decision
 
     def _choose(self, model: str, requested: str, context: RequestContext, draw_key: str) -> Decision:
@@ -74,7 +75,7 @@ class Dispatcher:
         ready = self._registry.ready_versions(model)
         return self._chooser.choose(policy, requested, context.headers, ready, draw_key)
 
-    def _count_route(self, model: str, requested: str, decision: Decision) -> None:
+    def _count_route(self, model: str, decision: Decision) -> None:
         # Label only versions the policy or the fleet knows: a client's version text is unbounded.
         policy = self._policies.get(model)
         known = decision.version in (self._registry.ready_versions(model) or ()) or (
@@ -92,7 +93,7 @@ class Dispatcher:
         version unless its client did: `send` finds the version that holds the sequence."""
         if sequence.start or requested:
             decision = replace(self._start_decision(model, requested, context, sequence), shadow="")
-            self._count_route(model, requested, decision)
+            self._count_route(model, decision)
             return decision
         pin = self._pins.get(model, sequence)
         expected = pin.version if pin is not None else self._start_decision(model, "", context, sequence).version
