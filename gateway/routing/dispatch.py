@@ -19,7 +19,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.registry import ModelRegistry
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
-from gateway.routing.sequences import Pin, SequencePins, in_rendezvous_order, placement_key
+from gateway.routing.sequences import SequencePins, in_rendezvous_order, placement_key
 from gateway.routing.versions import Decision, Reason, VersionChooser
 from gateway.tracing.trace import Trace
 from gateway.upstream import SidecarClient, SidecarUnreachable
@@ -183,24 +183,34 @@ class Dispatcher:
         replicas of the version a START would get now, in the sequence's rendezvous
         order, then those of the other READY versions; only `version`'s when the client
         named one), to the first replica that holds the sequence. One that does not says
-        so (Cause.UNKNOWN_SEQUENCE) and the next is asked; the state never moves, so when
-        none holds it the answer is Triton's, or ours when a replica could not be reached."""
+        so (Cause.UNKNOWN_SEQUENCE) and the next is asked. The state never moves: when no
+        replica holds the sequence, the answer says its replica is gone, or is Triton's."""
         tried: list[tuple[str, SidecarClient]] = []
-        refusal: TurnoutError | None = None
+        refusal: TurnoutError | None = None  # a replica's answer that it does not hold the sequence
+        lost: TurnoutError | None = None  # why the pinned replica could not answer
         pin = self._pins.get(model, sequence)
         if pin is not None and version in ("", pin.version):
             if sequence.end:
                 self._pins.end(model, sequence)
-            try:
-                return await self._send_pinned(model, sequence, pin, payload, context)
-            except TurnoutError as exc:
-                if exc.cause is not Cause.UNKNOWN_SEQUENCE:
-                    raise
-                # The replica let it go (idle, or ended through another gateway and maybe started
-                # again elsewhere): this pin is stale, and the order says where else to look.
-                self._pins.end(model, sequence)
-                tried.append((pin.version, pin.replica))
-                refusal = exc
+            client = pin.replica
+            where = f"sequence {sequence.id} of model '{model}' was started on replica {client.address}, which"
+            if client not in self._registry.replicas(model, pin.version):
+                lost = unavailable(f"{where} no longer serves it; start the sequence again")
+            else:
+                try:
+                    with self._balancer.track(client):
+                        return await client.infer(_versioned(payload, pin.version), _traceparent(context))
+                except SidecarUnreachable as exc:
+                    self._balancer.eject(client, exc.message)
+                    lost = unavailable(f"{where} could not be reached; start the sequence again")
+                    lost.__cause__ = exc
+                except TurnoutError as exc:
+                    if exc.cause is not Cause.UNKNOWN_SEQUENCE:
+                        raise
+                    refusal = exc  # it let the sequence go (idle, or ended through another gateway)
+            # The pin is stale: the sequence may have started again elsewhere, through another gateway.
+            self._pins.end(model, sequence)
+            tried.append((pin.version, client))
         deadline = context.deadline or self._clock() + DEFAULT_BUDGET_SECS
         unreachable: list[str] = []
         for held_version, client in await self._sequence_order(model, version, context, sequence):
@@ -223,6 +233,8 @@ class Dispatcher:
             if not sequence.end:
                 self._pins.bind(model, sequence, held_version, client)
             return response
+        if lost is not None:
+            raise lost
         if unreachable:
             raise unavailable(
                 f"sequence {sequence.id} of model '{model}' is held by no replica that could be reached "
@@ -247,22 +259,6 @@ class Dispatcher:
         for each in versions:
             order += [(each, client) for client in in_rendezvous_order(key, await self._replicas(model, each))]
         return order
-
-    async def _send_pinned(
-        self, model: str, sequence: SequenceFlags, pin: Pin, payload: bytes, context: RequestContext
-    ) -> bytes:
-        """Only the pinned replica holds the sequence's state: if it is gone, say so
-        rather than move the sequence to a replica that would start it afresh."""
-        client = pin.replica
-        lost = f"sequence {sequence.id} of model '{model}' was started on replica {client.address}, which"
-        if client not in self._registry.replicas(model, pin.version):
-            raise unavailable(f"{lost} no longer serves it; start the sequence again")
-        try:
-            with self._balancer.track(client):
-                return await client.infer(_versioned(payload, pin.version), _traceparent(context))
-        except SidecarUnreachable as exc:
-            self._balancer.eject(client, exc.message)
-            raise unavailable(f"{lost} could not be reached; start the sequence again") from exc
 
     async def send_shadow(self, model: str, version: str, payload: bytes) -> bytes:
         """One try on one replica of `version`: shadows never fail over or eject."""

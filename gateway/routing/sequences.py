@@ -14,7 +14,8 @@ A gateway that saw the START, or found the sequence, keeps a pin (this module's
 the START request leaves, before any await, so the sequence's next requests (a stream
 sends them without waiting) find it; it goes with the END request, or once the sequence
 has been idle longer than the model's max_sequence_idle_microseconds. A pin is a cache:
-one whose replica says it does not hold the sequence is dropped and the order followed.
+one that cannot be followed (its replica gone, unreachable, or saying it does not hold
+the sequence) is dropped and the order followed.
 """
 
 from __future__ import annotations

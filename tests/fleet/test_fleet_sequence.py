@@ -189,7 +189,7 @@ async def test_sequences_alternating_between_two_gateways_keep_their_replica_and
             assert sum(served) == len(ids) * 6 and all(served), served
 
             # Sequences left open, then replica 0 is killed: those it held fail clearly, the others go on.
-            open_ids = range(101, 113)
+            open_ids = range(101, 117)
             for sequence_id in open_ids:
                 assert (await client.step(sequence_id, 0, 3, sequence_start=True))[0] == 3
                 assert (await client.step(sequence_id, 1, 3))[0] == 6
@@ -210,6 +210,9 @@ async def test_sequences_alternating_between_two_gateways_keep_their_replica_and
                 message = again.value.message() or ""
                 assert "start the sequence again" in message or UNKNOWN_TO_TRITON in message, message
             await asyncio.gather(*(client.run(i, 5, first=3, total=9) for i in kept))
+            # A lost sequence started again (its id reused) runs on a survivor, through both
+            # gateways, though one of them remembers where its first START went.
+            await asyncio.gather(*(client.run(i, 4) for i in lost))
 
             # New sequences go to the survivor, through either gateway.
             before = _served(replicas[1].fields["grpc"])

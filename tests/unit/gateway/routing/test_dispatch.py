@@ -514,43 +514,61 @@ async def test_a_sequence_start_is_never_shadowed(balancer: Balancer, metrics: G
     assert (decision.version, decision.shadow) == ("1", "")
 
 
-async def test_a_pinned_replica_that_cannot_be_reached_fails_the_request_without_failover(
+async def test_a_pinned_replica_that_cannot_be_reached_fails_the_request_without_moving_it(
     balancer: Balancer, metrics: GatewayMetrics
 ) -> None:
-    a, b = StandInReplica("a"), StandInReplica("b")
+    a, b = SequenceHoldingReplica("a"), SequenceHoldingReplica("b")
     holder, other = ranked(7, a, b)
     dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}}), balancer, metrics)
-    await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, start=True))
+    await infer(dispatcher, 7, start=True)
     holder.go_down()
     with pytest.raises(TurnoutError) as info:
-        await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7))
+        await infer(dispatcher, 7)
     assert info.value.status is Status.UNAVAILABLE
     assert info.value.message == (
         f"sequence 7 of model '{MODEL}' was started on replica {holder.address}, which could not be reached;"
         " start the sequence again"
     )
     assert isinstance(info.value.__cause__, SidecarUnreachable)
-    assert other.received == []
+    assert len(other.received) == 1 and not other.held  # asked, in case it started again there; it refused
     assert balancer.ejected_count() == 1
+    await let_background_tasks_run()
 
 
 async def test_a_pinned_replica_that_left_the_fleet_fails_the_request(
     balancer: Balancer, metrics: GatewayMetrics
 ) -> None:
-    a, b = StandInReplica("a"), StandInReplica("b")
+    a, b = SequenceHoldingReplica("a"), SequenceHoldingReplica("b")
     holder, other = ranked(7, a, b)
     fleet = StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}})
     dispatcher = make_dispatcher(fleet, balancer, metrics)
-    await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, start=True))
+    await infer(dispatcher, 7, start=True)
     fleet.remove(holder)
     with pytest.raises(TurnoutError) as info:
-        await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7))
+        await infer(dispatcher, 7)
     assert info.value.status is Status.UNAVAILABLE
     assert info.value.message == (
         f"sequence 7 of model '{MODEL}' was started on replica {holder.address}, which no longer serves it;"
         " start the sequence again"
     )
-    assert len(holder.received) == 1 and other.received == []
+    assert len(holder.received) == 1 and len(other.received) == 1
+    await let_background_tasks_run()
+
+
+async def test_a_sequence_started_again_through_another_gateway_after_its_replica_died_is_found(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    a, b = SequenceHoldingReplica("a"), SequenceHoldingReplica("b")
+    holder, survivor = ranked(7, a, b)
+    fleet = StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}})
+    one, other = make_dispatcher(fleet, balancer, metrics), make_dispatcher(fleet, balancer, metrics)
+    await infer(one, 7, start=True)  # `one` pins it to `holder`
+    holder.go_down()
+    assert await infer(other, 7, start=True) == survivor.name.encode()  # the client starts it again
+    # `one`'s pin cannot be followed; the sequence's order finds it, and `one` pins it anew.
+    assert await infer(one, 7) == survivor.name.encode()
+    assert await infer(one, 7, end=True) == survivor.name.encode()
+    await let_background_tasks_run()
 
 
 async def test_end_goes_to_the_holder_and_a_late_request_then_gets_tritons_answer(
