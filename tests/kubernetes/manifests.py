@@ -9,7 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,7 +170,3 @@ def documented_secrets(objects: tuple[dict[str, Any], ...]) -> set[str]:
         found |= {s["secretRef"]["name"] for s in container.spec.get("envFrom", []) if "secretRef" in s}
         found |= {v["secret"]["secretName"] for v in container.pod.get("volumes", []) if "secret" in v}
     return found
-
-
-def load(path: Path) -> Mapping[str, Any]:
-    return dict(yaml.safe_load(path.read_text()))
