@@ -163,10 +163,33 @@ def image_name(reference: str) -> str:
     return "/".join(parts)
 
 
-def documented_secrets(objects: tuple[dict[str, Any], ...]) -> set[str]:
+def secrets_read(objects: tuple[dict[str, Any], ...]) -> set[str]:
     """Every Secret a pod of the overlay reads (the overlay makes none; people do)."""
     found: set[str] = set()
     for container in containers(objects):
         found |= {s["secretRef"]["name"] for s in container.spec.get("envFrom", []) if "secretRef" in s}
         found |= {v["secret"]["secretName"] for v in container.pod.get("volumes", []) if "secret" in v}
     return found
+
+
+def by_component(overlay: str, component: str) -> list[Container]:
+    """The containers of the overlay's Deployments labelled with that component."""
+    deployments = of_kind(build(overlay), "Deployment")
+    return [
+        c
+        for c in containers(build(overlay))
+        if deployments[c.deployment]["metadata"]["labels"]["app.kubernetes.io/component"] == component
+    ]
+
+
+def labels_match(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def pod_labels(overlay: str, deployment: str) -> dict[str, str]:
+    return dict(of_kind(build(overlay), "Deployment")[deployment]["spec"]["template"]["metadata"]["labels"])
+
+
+def pod_annotations(overlay: str, deployment: str) -> dict[str, str]:
+    metadata = of_kind(build(overlay), "Deployment")[deployment]["spec"]["template"]["metadata"]
+    return dict(metadata.get("annotations", {}))

@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
+import tritonclient.http as httpclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos.ready import GATEWAY_READY, SIDECAR_READY
@@ -110,3 +112,11 @@ def test_the_pods_probes_answer_on_a_running_fleet(consul: Consul, tmp_path: Pat
                 wait_until(lambda path=path: _http_status(f"http://{http}{path}") == 200, 30, f"{kind} {path}")
             # A path the gateway does not serve fails: the probe check is not vacuous.
             assert _http_status(f"http://{http}/v2/health/alive") != 200
+            # And the pods serve: a request through the gateway to the registered sidecar.
+            client = httpclient.InferenceServerClient(http)
+            data = np.arange(16, dtype=np.int32).reshape(1, 16)
+            inputs = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(data)
+            np.testing.assert_array_equal(client.infer("simple", inputs).as_numpy("OUTPUT0"), 2 * data)
+            client.close()
