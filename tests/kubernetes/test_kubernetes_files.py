@@ -73,6 +73,10 @@ def test_an_overlay_builds_the_whole_deployment(overlay: str) -> None:
         assert len(covering) == 1, f"{name} has {len(covering)} PodDisruptionBudgets"
     namespaces = {o["metadata"].get("namespace") for o in objects if o["kind"] != "Namespace"}
     assert namespaces == {"turnout"}, "every object lands in the overlay's namespace"
+    for item in objects:
+        assert item["metadata"]["labels"]["app.kubernetes.io/part-of"] == "turnout", item["metadata"]["name"]
+    for deployment in deployments.values():
+        assert deployment["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/part-of"] == "turnout"
 
 
 @pytest.mark.parametrize("version", _newest_minors())
