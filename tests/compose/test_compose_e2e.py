@@ -21,8 +21,8 @@ from tritonclient.utils import InferenceServerException
 
 from protos.ready import GATEWAY_READY, SIDECAR_READY
 from tests.compose.compose_spec import COMPOSE_DIR, Mounts, load_compose, service_argv, service_environment
-from tests.harness import ROOT
 from tests.fleet.fleet_harness import Consul, Process, consul_agent, free_port, running, spawn, wait_until
+from tests.harness import ROOT
 
 COMPOSE = load_compose()
 CPU_SIDECARS = sorted(
