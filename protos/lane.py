@@ -197,10 +197,13 @@ def request_id_prefix(request_id: str) -> bytes:
 
 
 class _ServerConnection(_Framer):
-    def __init__(self, handler: Handler, tasks: set[asyncio.Task[None]], max_frame: int) -> None:
+    def __init__(
+        self, handler: Handler, tasks: set[asyncio.Task[None]], max_frame: int, refused: set[tuple[str, int]]
+    ) -> None:
         super().__init__(max_frame)
         self._handler = handler
         self._tasks = tasks
+        self._refused = refused  # (peer host, version) pairs already logged, shared by the server's connections
         self._calls: dict[int, asyncio.Task[None]] = {}  # in-flight answers of this connection, by call id
         # The first frame goes to the handshake; once it passes, the instance attribute is
         # deleted and frames reach the class's frame_received with no test per frame.
@@ -214,13 +217,25 @@ class _ServerConnection(_Framer):
         where = transport.get_extra_info("sockname") if transport is not None else ""
         return f"unix:{where}"  # a Unix socket's peer has no name: say which lane it came in on
 
+    def _refuse(self, version: int) -> str:
+        """Log a refused handshake, at error level once per peer host and version (a gateway
+        retries every readiness probe), and close the connection; returns the reason."""
+        peer = self._peer()
+        message = mismatch("gateway", peer, version, "sidecar")
+        key = (peer.rpartition(":")[0] if not peer.startswith("unix:") else peer, version)
+        level = logging.DEBUG if key in self._refused else logging.ERROR
+        self._refused.add(key)
+        log.log(level, "refusing a lane connection: %s", message)
+        return message
+
     def _greet(self, call_id: int, kind: int, payload: bytes) -> None:
+        if self.transport is not None and self.transport.is_closing():
+            return  # frames that came with a refused one
         stated = read_hello(payload) if kind == Kind.HELLO else None
         if stated is None:
             # A gateway that predates the handshake sent a request first: refuse it in words
             # it can show its caller.
-            message = mismatch("gateway", self._peer(), 1, "sidecar")
-            log.error("refusing a lane connection: %s", message)
+            message = self._refuse(1)
             if kind == Kind.INFER:
                 self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.UNAVAILABLE, message)))
             self.close_now()
@@ -228,7 +243,7 @@ class _ServerConnection(_Framer):
         version, peer_max_frame = stated
         self.send(0, Kind.HELLO, hello(self.max_frame))  # our version, whatever theirs
         if version != LANE_PROTOCOL:
-            log.error("refusing a lane connection: %s", mismatch("gateway", self._peer(), version, "sidecar"))
+            self._refuse(version)
             self.close_now()
             return
         self.peer_max_frame = peer_max_frame
@@ -293,18 +308,19 @@ class LaneServer:
         self._max_frame = max_frame
         self._server: asyncio.AbstractServer | None = None
         self.tasks: set[asyncio.Task[None]] = set()  # in-flight answers, for draining
+        self._refused: set[tuple[str, int]] = set()
 
     async def start_unix(self, path: str, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(
-            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame), path, ssl=tls
+            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame, self._refused), path, ssl=tls
         )
         return f"unix:{path}"
 
     async def start_tcp(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame), host, port, ssl=tls
+            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame, self._refused), host, port, ssl=tls
         )
         bound = self._server.sockets[0].getsockname()
         return f"{bound[0]}:{bound[1]}"
