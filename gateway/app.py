@@ -38,6 +38,7 @@ from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory
 from gateway.tracing.tracer import Tracer
 from gateway.upstream import SidecarClient, SidecarTls
+from gateway.workers import WORKER_READY, Siblings, control_server
 from protos import event_loop
 from protos.consul_access import ConsulAccessError
 from protos.logs import LogSettings
@@ -141,12 +142,15 @@ def _unavailable(what: str, host: str, port: int, flag: str, reason: str) -> Por
     return PortUnavailable(f"cannot serve {what} on {_host_port(host, port)} ({flag}): {reason}")
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, shared: bool = False) -> socket.socket:
+    """A listening socket; `shared`: one of a gateway's workers' (SO_REUSEPORT)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio sets TCP_NODELAY only on accepted sockets that do, and
     # without it a response's head and body wait out the peer's delayed ACK (40 ms).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if shared:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     sock.listen(2048)
     return sock
@@ -198,7 +202,12 @@ async def _consul_denies(consul: ConsulClient, settings: GatewaySettings, deadli
 
 
 def run(settings: GatewaySettings) -> int:
-    """Serve until SIGTERM/SIGINT; return the process exit status."""
+    """Serve until SIGTERM/SIGINT; return the process exit status. With
+    settings.workers > 1, this process keeps that many workers (gateway.workers)."""
+    if settings.workers > 1:
+        from gateway import workers
+
+        return workers.run(settings)
     try:
         return event_loop.run(serve(settings), settings.event_loop)
     except (PortUnavailable, OSError) as exc:
@@ -257,7 +266,11 @@ async def serve(
             flush=True,
         )
         return 1
-    gateway = Gateway(settings, models, shared_memory, metrics, tracer=tracer, logs=logs, dispatcher=dispatcher)
+    worker = settings.worker
+    siblings = Siblings(worker.siblings) if worker is not None else None
+    gateway = Gateway(
+        settings, models, shared_memory, metrics, tracer=tracer, logs=logs, dispatcher=dispatcher, siblings=siblings
+    )
     # The Consul watches run for the gateway's whole life; cancelled in the finally below.
     watches: list[asyncio.Task[None]] = []
 
@@ -265,7 +278,10 @@ async def serve(
     http_server: _HttpServer | None = None
     http_socket: socket.socket | None = None
     metrics_server: MetricsServer | None = None
-    fleet = FleetMetrics(lambda: models.sidecars, ensembles=gateway.ensembles.statistics)
+    control: grpc.aio.Server | None = None
+    # A worker counts only the ensembles it ran: the parent adds its siblings' (gateway.workers).
+    ensembles = gateway.ensembles.statistics
+    fleet = FleetMetrics(lambda: models.sidecars, ensembles=ensembles if worker is None else tuple)
     try:
         if consul is not None and discovery is not None:
             # One start-up allowance for both: the ACL check, then the first answer.
@@ -294,7 +310,7 @@ async def serve(
 
         if settings.allow_http:
             try:
-                http_socket = _bind(settings.host, settings.http_port)
+                http_socket = _bind(settings.host, settings.http_port, shared=worker is not None)
             except OSError as exc:
                 raise _unavailable(
                     "HTTP", settings.host, settings.http_port, "--http-port", str(exc.strerror)
@@ -316,7 +332,9 @@ async def serve(
             addresses["http"] = _host_port(settings.host, http_port)
 
         if settings.allow_grpc:
-            grpc_server = build_grpc_server(gateway, parse_restrictions(settings.grpc_restricted_protocol, grpc=True))
+            grpc_server = build_grpc_server(
+                gateway, parse_restrictions(settings.grpc_restricted_protocol, grpc=True), shared=worker is not None
+            )
             grpc_address = _host_port(settings.host, settings.grpc_port)
             try:
                 if settings.grpc_use_ssl:
@@ -330,7 +348,13 @@ async def serve(
             await grpc_server.start()
             addresses["grpc"] = _host_port(settings.host, grpc_port)
 
-        if settings.allow_metrics:
+        if settings.allow_metrics and worker is not None:
+            # The parent serves the metrics port, from every worker's parts (gateway.workers).
+            metrics_server = MetricsServer(
+                metrics_registry, "127.0.0.1", 0, fleet.render, asyncio.get_running_loop(), own_models=ensembles
+            )
+            addresses["metrics"] = f"127.0.0.1:{metrics_server.port}"
+        elif settings.allow_metrics:
             try:
                 metrics_server = MetricsServer(
                     metrics_registry, settings.host, settings.metrics_port, fleet.render, asyncio.get_running_loop()
@@ -340,13 +364,16 @@ async def serve(
                     "metrics", settings.host, settings.metrics_port, "--metrics-port", str(exc.strerror)
                 ) from None
             addresses["metrics"] = _host_port(settings.host, metrics_server.port)
+        if worker is not None:
+            control = control_server(worker.control, gateway.apply_shared, gateway.ensembles.statistics)
+            await control.start()
 
         async with asyncio.TaskGroup() as tasks:
             if http_server is not None and http_socket is not None:
                 http_task = tasks.create_task(http_server.serve(sockets=[http_socket]))
                 while not http_server.started and not http_task.done():
                     await asyncio.sleep(0.01)
-            print(ready_line(GATEWAY_READY, **addresses), flush=True)
+            print(ready_line(GATEWAY_READY if worker is None else WORKER_READY, **addresses), flush=True)
             if on_ready is not None:
                 on_ready(addresses)
 
@@ -361,6 +388,9 @@ async def serve(
         # Close upstreams last: in-flight requests needed them until the drain ended.
         if metrics_server is not None:
             metrics_server.close()
+        if control is not None:
+            await control.stop(0)
+        await gateway.siblings.close()
         await fleet.close()
         for watch in watches:
             watch.cancel()

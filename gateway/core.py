@@ -30,6 +30,16 @@ from gateway.shm import SharedMemory, uses_shared_memory
 from gateway.tracing.trace import REQUEST_END
 from gateway.tracing.tracer import Tracer
 from gateway.upstream import READY_TIMEOUT_SECS, SidecarClient
+from gateway.workers import (
+    CUDA_SHM_REGISTER,
+    CUDA_SHM_UNREGISTER,
+    LOG_SETTINGS,
+    MODELS_CHANGED,
+    SHM_REGISTER,
+    SHM_UNREGISTER,
+    TRACE_SETTING,
+    Siblings,
+)
 from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos.identity import GATEWAY_EXTENSIONS, server_metadata
@@ -69,7 +79,10 @@ class Gateway:
         tracer: Tracer | None = None,
         logs: LogSettings | None = None,
         dispatcher: Dispatcher | None = None,
+        siblings: Siblings | None = None,
     ) -> None:
+        """`siblings`: the other workers of a gateway run with --gateway-workers, which
+        hold what a client changes here too (gateway.workers)."""
         self._settings = settings
         self._registry = registry
         self._dispatcher = dispatcher or Dispatcher(
@@ -85,6 +98,7 @@ class Gateway:
         self._request_prefix = os.urandom(4).hex()  # ids unique to this gateway process
         self._request_count = 0
         self._metadata = server_metadata(GATEWAY_EXTENSIONS)
+        self.siblings = siblings or Siblings()
 
     # --- lifecycle --------------------------------------------------------------
 
@@ -235,8 +249,7 @@ class Gateway:
             replicas = self._registry.peers(client) or (client,)
             if len(replicas) == 1:
                 answer = await client.call("ModelStatistics", request, pb.ModelStatisticsResponse)
-                self.ensembles.fill_statistics(answer)
-                return answer
+                return await self._with_ensembles(answer)
             answers = await asyncio.gather(
                 *(r.call("ModelStatistics", request, pb.ModelStatisticsResponse) for r in replicas),
                 return_exceptions=True,
@@ -244,9 +257,7 @@ class Gateway:
             reached = [a for a in answers if isinstance(a, pb.ModelStatisticsResponse)]
             if not reached:
                 raise next(a for a in answers if isinstance(a, BaseException))
-            combined = combine_statistics(reached)
-            self.ensembles.fill_statistics(combined)
-            return combined
+            return await self._with_ensembles(combine_statistics(reached))
 
         async def statistics(client: SidecarClient) -> tuple[str, pb.ModelStatisticsResponse]:
             return client.framework, await client.call("ModelStatistics", request, pb.ModelStatisticsResponse)
@@ -258,8 +269,20 @@ class Gateway:
         merged = pb.ModelStatisticsResponse()
         for group in by_framework.values():
             merged.model_stats.extend(combine_statistics(group).model_stats)
-        self.ensembles.fill_statistics(merged)  # ensembles run here: their counters are ours
-        return merged
+        return await self._with_ensembles(merged)
+
+    async def _with_ensembles(self, answer: pb.ModelStatisticsResponse) -> pb.ModelStatisticsResponse:
+        """`answer` with its ensembles' counters: ensembles run in the gateway, so theirs
+        are this worker's plus its siblings' (gateway.workers)."""
+        self.ensembles.fill_statistics(answer)
+        theirs = await self.siblings.ensemble_statistics()
+        if not theirs:
+            return answer
+        listed = {(entry.name, entry.version) for entry in answer.model_stats}
+        counted = pb.ModelStatisticsResponse(
+            model_stats=[e for t in theirs for e in t.model_stats if (e.name, e.version) in listed]
+        )
+        return combine_statistics([answer, counted])
 
     async def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
         async def listing(client: SidecarClient) -> tuple[str, Any]:
@@ -311,10 +334,7 @@ class Gateway:
         try:
             await on_replicas(self._registry.peers(client) or (client,), "RepositoryModelLoad", request)
         finally:
-            await self._registry.refresh()
-            self.ensembles.forget_plans()
-            self.ensembles.loaded_again(request.model_name)
-            self._dispatcher.models_changed()
+            await self._models_changed(request.model_name)
         if client.framework == ENSEMBLE_FRAMEWORK:
             await self._load_composing_models(request.model_name)
 
@@ -353,10 +373,17 @@ class Gateway:
                     unload = pb.RepositoryModelUnloadRequest(model_name=ensemble)
                     await on_replicas(self._registry.peers(owner) or (owner,), "RepositoryModelUnload", unload)
         finally:
-            await self._registry.refresh()
-            self.ensembles.forget_plans()
-            self.ensembles.loaded_again(request.model_name)
-            self._dispatcher.models_changed()
+            await self._models_changed(request.model_name)
+
+    async def _models_changed(self, model: str) -> None:
+        """A load or unload of `model` went through here: relearn, here and in the
+        sibling workers (best effort there: each relearns on its next miss anyway)."""
+        changed = pb.RepositoryModelLoadRequest(model_name=model)
+        await self.apply_shared(MODELS_CHANGED, changed)
+        try:
+            await self.siblings.share(MODELS_CHANGED, changed)
+        except TurnoutError as exc:
+            logger.warning("%s", exc.message)
 
     def _check_repository_request(self, repository_name: str) -> None:
         if self._draining:
@@ -371,29 +398,28 @@ class Gateway:
     def system_shm_status(self, request: pb.SystemSharedMemoryStatusRequest) -> pb.SystemSharedMemoryStatusResponse:
         return self._shm.status(request.name)
 
-    def system_shm_register(self, request: pb.SystemSharedMemoryRegisterRequest) -> None:
-        self._shm.register(request.name, request.key, request.offset, request.byte_size)
+    async def system_shm_register(self, request: pb.SystemSharedMemoryRegisterRequest) -> None:
+        await self._shared(SHM_REGISTER, request)
 
-    def system_shm_unregister(self, request: pb.SystemSharedMemoryUnregisterRequest) -> None:
-        self._shm.unregister(request.name)
+    async def system_shm_unregister(self, request: pb.SystemSharedMemoryUnregisterRequest) -> None:
+        await self._shared(SHM_UNREGISTER, request)
 
     def cuda_shm_status(self, request: pb.CudaSharedMemoryStatusRequest) -> pb.CudaSharedMemoryStatusResponse:
         return self._shm.cuda_status(request.name)
 
-    def cuda_shm_register(self, request: pb.CudaSharedMemoryRegisterRequest) -> None:
-        self._shm.cuda_register(request.name, request.raw_handle)
+    async def cuda_shm_register(self, request: pb.CudaSharedMemoryRegisterRequest) -> None:
+        await self._shared(CUDA_SHM_REGISTER, request)
 
-    def cuda_shm_unregister(self, request: pb.CudaSharedMemoryUnregisterRequest) -> None:
-        self._shm.cuda_unregister(request.name)
+    async def cuda_shm_unregister(self, request: pb.CudaSharedMemoryUnregisterRequest) -> None:
+        await self._shared(CUDA_SHM_UNREGISTER, request)
 
     # --- trace and log settings ------------------------------------------------------------
 
-    def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
-        settings = self.tracer.settings
+    async def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
         if request.settings:
-            settings.update(request.model_name, {key: list(value.value) for key, value in request.settings.items()})
+            await self._shared(TRACE_SETTING, request)
         response = pb.TraceSettingResponse()
-        for key, values in settings.report(request.model_name).items():
+        for key, values in self.tracer.settings.report(request.model_name).items():
             response.settings[key].value.extend(values)
         return response
 
@@ -410,11 +436,43 @@ class Gateway:
             if isinstance(result, BaseException):
                 logger.warning("log settings not applied on sidecar %s: %s", client.address, result)
 
-    def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
-        current = self._logs.update(log_updates(request)) if request.settings else self._logs.as_dict()
+    async def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+        if request.settings:
+            await self._shared(LOG_SETTINGS, request)
         response = pb.LogSettingsResponse()
-        fill_log_response(current, response)
+        fill_log_response(self._logs.as_dict(), response)
         return response
+
+    # --- what every worker holds alike (gateway.workers) ----------------------------------
+
+    async def _shared(self, method: str, request: Any) -> None:
+        """Apply a change here, then in the sibling workers."""
+        await self.apply_shared(method, request)
+        await self.siblings.share(method, request)
+
+    async def apply_shared(self, method: str, request: Any) -> None:
+        """Apply one change of the state every worker holds alike; a sibling's control
+        socket calls this too. Raises TurnoutError, changing nothing, for a bad one."""
+        if method == SHM_REGISTER:
+            self._shm.register(request.name, request.key, request.offset, request.byte_size)
+        elif method == SHM_UNREGISTER:
+            self._shm.unregister(request.name)
+        elif method == CUDA_SHM_REGISTER:
+            self._shm.cuda_register(request.name, request.raw_handle)
+        elif method == CUDA_SHM_UNREGISTER:
+            self._shm.cuda_unregister(request.name)
+        elif method == TRACE_SETTING:
+            updates = {key: list(value.value) for key, value in request.settings.items()}
+            self.tracer.settings.update(request.model_name, updates)
+        elif method == LOG_SETTINGS:
+            self._logs.update(log_updates(request))
+        elif method == MODELS_CHANGED:
+            await self._registry.refresh()
+            self.ensembles.forget_plans()
+            self.ensembles.loaded_again(request.model_name)
+            self._dispatcher.models_changed()
+        else:
+            raise ValueError(f"no shared change named {method!r}")
 
     # --- helpers -------------------------------------------------------------------------------
 

@@ -297,13 +297,13 @@ class InferenceService:
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Any
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        self._gateway.system_shm_register(request)
+        await self._gateway.system_shm_register(request)
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: Any
     ) -> pb.SystemSharedMemoryUnregisterResponse:
-        self._gateway.system_shm_unregister(request)
+        await self._gateway.system_shm_unregister(request)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(
@@ -314,20 +314,20 @@ class InferenceService:
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: Any
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        self._gateway.cuda_shm_register(request)
+        await self._gateway.cuda_shm_register(request)
         return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: Any
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        self._gateway.cuda_shm_unregister(request)
+        await self._gateway.cuda_shm_unregister(request)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     async def TraceSetting(self, request: pb.TraceSettingRequest, context: Any) -> pb.TraceSettingResponse:
-        return self._gateway.trace_setting(request)
+        return await self._gateway.trace_setting(request)
 
     async def LogSettings(self, request: pb.LogSettingsRequest, context: Any) -> pb.LogSettingsResponse:
-        answer = self._gateway.log_settings(request)
+        answer = await self._gateway.log_settings(request)
         await self._gateway.forward_log_settings(request)
         return answer
 
@@ -408,10 +408,13 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
             await asyncio.sleep(self._watch_interval)
 
 
-def build_grpc_server(gateway: Gateway, restrictions: Mapping[str, Restriction] | None = None) -> grpc.aio.Server:
-    """A grpc.aio server with both services added; the caller binds ports and starts it."""
-    # so_reuseport off: a second gateway on the same fixed port must fail, not share it.
-    server = grpc.aio.server(options=[*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 0)])
+def build_grpc_server(
+    gateway: Gateway, restrictions: Mapping[str, Restriction] | None = None, shared: bool = False
+) -> grpc.aio.Server:
+    """A grpc.aio server with both services added; the caller binds ports and starts it.
+    `shared`: the port is shared with the gateway's other workers (gateway.workers)."""
+    # so_reuseport off unless shared: a second gateway on the same fixed port must fail, not share it.
+    server = grpc.aio.server(options=[*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 1 if shared else 0)])
     handlers = method_handlers(gateway, restrictions)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     health = HealthService(gateway, restriction=(restrictions or {}).get("health"))

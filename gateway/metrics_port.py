@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import httpx
@@ -71,7 +72,11 @@ class FleetMetrics:
 
 class MetricsServer:
     """Serves `/metrics` (and `/metrics/`): the gateway's registry, then the fleet's
-    Triton families (`fleet`, a coroutine run on `loop` for each scrape)."""
+    Triton families (`fleet`, a coroutine run on `loop` for each scrape).
+
+    A worker of a gateway with --gateway-workers (gateway.workers) also serves its parts
+    apart: `/metrics/own`, what it counted itself (its registry and `own_models`, the
+    Triton families of the ensembles it ran), and `/metrics/fleet`, the fleet's."""
 
     def __init__(
         self,
@@ -81,15 +86,23 @@ class MetricsServer:
         fleet: Callable[[], Coroutine[Any, Any, str]] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         timeout: float = 5.0,
+        own_models: Callable[[], Iterable[pb.ModelStatistics]] | None = None,
     ) -> None:
         self._registry = registry
         loop = loop or asyncio.get_running_loop()
         self._fleet = on_loop(fleet, loop, timeout) if fleet is not None else None
-        self._endpoint = MetricsEndpoint(host, port, self._render)
+        parts = None
+        if own_models is not None:
+            own = on_loop(partial(_own, registry, own_models), loop, timeout)
+            parts = {OWN_PATH: own, FLEET_PATH: self._render_fleet}
+        self._endpoint = MetricsEndpoint(host, port, self._render, parts)
 
     @property
     def port(self) -> int:
         return self._endpoint.port
+
+    def _render_fleet(self) -> bytes:
+        return self._fleet().encode() if self._fleet is not None else b""
 
     def _render(self) -> bytes:
         models = Exposition().render()
@@ -102,3 +115,14 @@ class MetricsServer:
 
     def close(self) -> None:
         self._endpoint.close()
+
+
+OWN_PATH = "/metrics/own"
+FLEET_PATH = "/metrics/fleet"
+
+
+async def _own(registry: CollectorRegistry, models: Callable[[], Iterable[pb.ModelStatistics]]) -> bytes:
+    exposition = Exposition()
+    for stats in models():
+        add_statistics(exposition, stats)
+    return generate_latest(registry) + exposition.render().encode()

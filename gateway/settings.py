@@ -19,6 +19,16 @@ class SidecarAddress:
 
 
 @dataclass(frozen=True)
+class WorkerPlace:
+    """One worker of a gateway run with --gateway-workers (gateway.workers): its index,
+    its control socket, and its siblings'."""
+
+    index: int
+    control: str
+    siblings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class GatewaySettings:
     host: str = "0.0.0.0"
     http_port: int = 8000
@@ -34,6 +44,9 @@ class GatewaySettings:
     allow_client_shm: bool = False
     exit_timeout_secs: float = 30.0
     event_loop: str = "auto"  # auto | asyncio | uvloop (protos.event_loop)
+    # Processes serving the same ports (gateway.workers); `worker` is set in each of them.
+    workers: int = 1
+    worker: WorkerPlace | None = None
     http_max_input_size: int = 64 * 2**20
     log_verbose: int = 0
     log_info: bool = True

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import socketserver
 import threading
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -248,10 +248,13 @@ def on_loop(
 
 
 class MetricsEndpoint:
-    """Serves `/metrics` (and `/metrics/`) on its own thread; each scrape calls `render`."""
+    """Serves `/metrics` (and `/metrics/`) on its own thread; each scrape calls `render`.
+    `others` serves more paths the same way."""
 
-    def __init__(self, host: str, port: int, render: Callable[[], bytes]) -> None:
-        self._render = render
+    def __init__(
+        self, host: str, port: int, render: Callable[[], bytes], others: Mapping[str, Callable[[], bytes]] | None = None
+    ) -> None:
+        self._renders = {"/metrics": render, "/metrics/": render, **(others or {})}
         self._server = make_server(host, port, self._app, _ThreadingServer, handler_class=_QuietHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
         self._thread.start()
@@ -261,11 +264,12 @@ class MetricsEndpoint:
         return int(self._server.server_port)
 
     def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        if environ.get("PATH_INFO") not in ("/metrics", "/metrics/"):
+        render = self._renders.get(environ.get("PATH_INFO", ""))
+        if render is None:
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"Not Found"]
         try:
-            body = self._render()
+            body = render()
         except Exception:
             log.warning("metrics could not be rendered for this scrape", exc_info=True)
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])

@@ -10,7 +10,6 @@ gateway's clients reconnect to it unchanged; the log says how it died.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import shutil
@@ -26,22 +25,17 @@ from dataclasses import dataclass
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
 from gateway.settings import GatewaySettings, SidecarAddress
+from protos.children import die_with_parent
 from protos.logs import LogSettings
 from protos.ready import SIDECAR_READY, parse_ready
 from turnout.scan import frameworks_in, models_in, startup_loads
 
 log = logging.getLogger("turnout.supervisor")
 
-_PR_SET_PDEATHSIG = 1
 # A child that dies sooner than this after its start counts as crash-looping: its next
 # restart waits longer, doubling up to the cap.
 STABLE_SECS = 30.0
 RESTART_BACKOFF_SECS = (0.5, 10.0)
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass
@@ -127,7 +121,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             text=True,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         with self._lock:
             child.process = process

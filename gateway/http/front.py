@@ -420,9 +420,9 @@ class HttpFront:
         if action == "register":
             if not region:
                 raise invalid_arg("'region name' is necessary to register system shared memory region")
-            self._gateway.system_shm_register(messages.system_shm_register(region, await self._document(request)))
+            await self._gateway.system_shm_register(messages.system_shm_register(region, await self._document(request)))
         else:
-            self._gateway.system_shm_unregister(SystemSharedMemoryUnregisterRequest(name=region))
+            await self._gateway.system_shm_unregister(SystemSharedMemoryUnregisterRequest(name=region))
         return _empty()
 
     async def _cuda_shm(self, request: Request, region: str, action: str) -> Response:
@@ -434,9 +434,9 @@ class HttpFront:
         if action == "register":
             if not region:
                 raise invalid_arg("'region name' is necessary to register cuda shared memory region")
-            self._gateway.cuda_shm_register(messages.cuda_shm_register(region, await self._document(request)))
+            await self._gateway.cuda_shm_register(messages.cuda_shm_register(region, await self._document(request)))
         else:
-            self._gateway.cuda_shm_unregister(CudaSharedMemoryUnregisterRequest(name=region))
+            await self._gateway.cuda_shm_unregister(CudaSharedMemoryUnregisterRequest(name=region))
         return _empty()
 
     # --- trace and logging ---
@@ -447,13 +447,13 @@ class HttpFront:
             trace = TraceSettingRequest(model_name=model)
         else:
             trace = messages.trace_request(model, await self._document(request))
-        return _json(messages.trace_settings(self._gateway.trace_setting(trace)))
+        return _json(messages.trace_settings(await self._gateway.trace_setting(trace)))
 
     async def _logging(self, request: Request) -> Response:
         _need(request, "GET", "POST")
         get = request.method == "GET"
         log = LogSettingsRequest() if get else messages.log_request(await self._document(request))
-        answer = self._gateway.log_settings(log)
+        answer = await self._gateway.log_settings(log)
         await self._gateway.forward_log_settings(log)
         return _json(messages.log_settings(answer))
 
