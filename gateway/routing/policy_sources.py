@@ -2,6 +2,8 @@
 watched live (one key per model, JSON of the same shape), which overrides the file.
 
 An invalid policy is rejected with a logged reason; the last good one stays in force.
+Invalid is also an arm naming a model the fleet does not know, or one that an experiment
+routes to other models in turn (`versions.check_links`).
 """
 
 from __future__ import annotations
@@ -10,13 +12,13 @@ import asyncio
 import base64
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import yaml
 
 from gateway.consul import ConsulClient, ConsulWatch
-from gateway.routing.versions import ModelPolicy, PolicyError, parse_policies, parse_policy
+from gateway.routing.versions import ModelPolicy, PolicyError, arm_target, check_links, parse_policies, parse_policy
 
 logger = logging.getLogger(__name__)
 
@@ -30,16 +32,40 @@ def read_routing_file(path: str) -> dict[str, ModelPolicy]:
     return parse_policies(document)
 
 
-class PolicyStore:
-    """The policies in force. Lookups never wait: each update swaps in a new mapping."""
+def unknown_arms(name: str, policy: ModelPolicy, known: Callable[[str], bool]) -> list[str]:
+    """Why `policy`'s arms of other models cannot serve: each names a model not `known`."""
+    reasons = []
+    for arm in policy.arms():
+        target = arm_target(arm)[0]
+        if target and not known(target):
+            reasons.append(f"arm '{arm}' of model '{name}' names unknown model '{target}'")
+    return reasons
 
-    def __init__(self, file_policies: Mapping[str, ModelPolicy] | None = None) -> None:
+
+class PolicyStore:
+    """The policies in force. Lookups never wait: each update swaps in a new mapping.
+
+    `known` says whether the fleet knows a model; a KV policy with an arm naming one it
+    does not is rejected (None: every model is known)."""
+
+    def __init__(
+        self, file_policies: Mapping[str, ModelPolicy] | None = None, known: Callable[[str], bool] | None = None
+    ) -> None:
         self._file = dict(file_policies or {})
         self._kv: dict[str, ModelPolicy] = {}
         self._current: Mapping[str, ModelPolicy] = dict(self._file)
+        self._known = known
 
     def get(self, model: str) -> ModelPolicy | None:
         return self._current.get(model)
+
+    def experiments(self) -> list[str]:
+        """The called names whose policies route to other models, sorted."""
+        return sorted(name for name, policy in self._current.items() if policy.routes_elsewhere)
+
+    def unknown_file_arms(self, known: Callable[[str], bool]) -> list[str]:
+        """Why the file's arms of other models cannot serve (checked once the fleet is known)."""
+        return [reason for name, policy in self._file.items() for reason in unknown_arms(name, policy, known)]
 
     def apply_kv(self, prefix: str, entries: list[dict[str, object]] | None) -> None:
         """Apply a kv listing under `prefix`; keys whose value does not parse keep their last good policy."""
@@ -51,7 +77,7 @@ class PolicyStore:
                 continue
             try:
                 raw = base64.b64decode(str(entry.get("Value") or "")).decode()
-                kv[model] = parse_policy(model, json.loads(raw))
+                kv[model] = self._checked(model, parse_policy(model, json.loads(raw)), kv)
             except (ValueError, PolicyError) as exc:
                 previous = self._kv.get(model)
                 logger.error("routing policy %s rejected, keeping the last good one: %s", key, exc)
@@ -64,6 +90,13 @@ class PolicyStore:
             logger.info("routing policy for model '%s' removed from consul", gone)
         self._kv = kv
         self._current = {**self._file, **kv}
+
+    def _checked(self, model: str, policy: ModelPolicy, kv: Mapping[str, ModelPolicy]) -> ModelPolicy:
+        """`policy` if it can join the others in force; PolicyError saying why not."""
+        if self._known is not None and (reasons := unknown_arms(model, policy, self._known)):
+            raise PolicyError("; ".join(reasons))
+        check_links({**self._file, **self._kv, **kv, model: policy})
+        return policy
 
 
 async def watch_kv(consul: ConsulClient, prefix: str, store: PolicyStore) -> None:
