@@ -206,8 +206,11 @@ class Gateway:
             carry = verbose
         REQUEST_ID.set(request_id)
         trace = context.trace
-        if not self._registry.replicas(model, "") and self._dispatcher.experiment(model) is None:
-            await self._owner(model)  # an unknown model fails here, before it counts as a request
+        virtual = False  # an experiment's called name that serves nothing itself
+        if not self._registry.replicas(model, ""):
+            virtual = self._dispatcher.experiment(model) is not None
+            if not virtual:
+                await self._owner(model)  # an unknown model fails here, before it counts as a request
         if trace is not None:
             trace.start_request(request.model_version, request.id)
         sequence = sequence_of(request)
@@ -215,6 +218,8 @@ class Gateway:
             context = replace(context, sequence=sequence)  # its requests stay on one replica and version
         decision = self._dispatcher.decide(model, request.model_version, context)
         version, served, arm = decision.version, decision.model, decision.arm
+        if virtual and not served:  # a version that names none of its arms
+            raise not_found(f"Request for unknown model: '{model}' version {request.model_version} is not found")
         if verbose:
             logger.debug("infer model '%s' version '%s' over %s", model, arm, protocol)
         try:

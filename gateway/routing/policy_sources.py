@@ -68,8 +68,9 @@ class PolicyStore:
         return [reason for name, policy in self._file.items() for reason in unknown_arms(name, policy, known)]
 
     def apply_kv(self, prefix: str, entries: list[dict[str, object]] | None) -> None:
-        """Apply a kv listing under `prefix`; keys whose value does not parse keep their last good policy."""
-        kv: dict[str, ModelPolicy] = {}
+        """Apply a kv listing under `prefix`; keys whose value does not parse, or whose arms
+        cannot join the other policies, keep their last good policy."""
+        parsed: dict[str, tuple[str, ModelPolicy | None, str]] = {}  # model -> (key, policy, why not)
         for entry in entries or []:
             key = str(entry.get("Key", ""))
             model = key[len(prefix) :].strip("/")
@@ -77,15 +78,25 @@ class PolicyStore:
                 continue
             try:
                 raw = base64.b64decode(str(entry.get("Value") or "")).decode()
-                kv[model] = self._checked(model, parse_policy(model, json.loads(raw)), kv)
+                parsed[model] = (key, parse_policy(model, json.loads(raw)), "")
             except (ValueError, PolicyError) as exc:
-                previous = self._kv.get(model)
-                logger.error("routing policy %s rejected, keeping the last good one: %s", key, exc)
-                if previous is not None:
-                    kv[model] = previous
+                parsed[model] = (key, None, str(exc))
+        # Unchanged policies stand; each changed one joins them if its arms can.
+        kv = {m: p for m, (_, p, _) in parsed.items() if p is not None and p == self._kv.get(m)}
+        for model, (key, policy, reason) in parsed.items():
+            if model in kv:
                 continue
-            if self._kv.get(model) != kv[model]:
-                logger.info("routing policy for model '%s' from consul key %s: %s", model, key, kv[model])
+            if policy is not None:
+                try:
+                    kv[model] = self._checked(model, policy, kv)
+                    logger.info("routing policy for model '%s' from consul key %s: %s", model, key, policy)
+                    continue
+                except PolicyError as exc:
+                    reason = str(exc)
+            previous = self._kv.get(model)
+            logger.error("routing policy %s rejected, keeping the last good one: %s", key, reason)
+            if previous is not None:
+                kv[model] = previous
         for gone in self._kv.keys() - kv.keys():
             logger.info("routing policy for model '%s' removed from consul", gone)
         self._kv = kv
@@ -93,9 +104,9 @@ class PolicyStore:
 
     def _checked(self, model: str, policy: ModelPolicy, kv: Mapping[str, ModelPolicy]) -> ModelPolicy:
         """`policy` if it can join the others in force; PolicyError saying why not."""
+        check_links({**self._file, **kv, model: policy}, model)
         if self._known is not None and (reasons := unknown_arms(model, policy, self._known)):
             raise PolicyError("; ".join(reasons))
-        check_links({**self._file, **self._kv, **kv, model: policy})
         return policy
 
 

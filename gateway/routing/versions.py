@@ -225,12 +225,15 @@ def parse_policies(raw: object) -> dict[str, ModelPolicy]:
     return policies
 
 
-def check_links(policies: Mapping[str, ModelPolicy]) -> None:
+def check_links(policies: Mapping[str, ModelPolicy], only: str = "") -> None:
     """Arms name models that serve: an arm may not name a model that an experiment routes
-    to other models in turn (a chain, or a cycle back), since which would answer is unclear."""
+    to other models in turn (a chain, or a cycle back), since which would answer is unclear.
+    With `only`, just the links from or to that model are checked."""
     for name, policy in policies.items():
         for arm in policy.arms():
             target = arm_target(arm)[0]
+            if only and only not in (name, target):
+                continue
             onward = policies.get(target) if target else None
             if onward is None or not onward.routes_elsewhere:
                 continue
