@@ -250,7 +250,8 @@ class Dispatcher:
         if client is None:
             raise not_found(f"no replica serves '{target}' version {version}")
         with self._balancer.track(client):
-            return await client.infer(with_model(with_version(payload, version), target))
+            payload = with_version(payload, version)
+            return await client.infer(with_model(payload, served) if served else payload)
 
 
 def _traceparent(context: RequestContext) -> str:

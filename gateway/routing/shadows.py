@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from gateway.metrics import GatewayMetrics
 from gateway.routing.dispatch import Dispatcher
-from gateway.routing.versions import Shadow
+from gateway.routing.versions import Shadow, Tolerance
 from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos.status import TurnoutError
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_LIMIT = 16
 THREAD_BYTES = 1 << 16  # responses larger than this are compared off the event loop
-EXACT = Shadow("", 1.0)
+EXACT = Shadow("", 1.0, Tolerance(0.0, 0.0))  # no tolerance: equal values only
 
 
 @dataclass

@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 
 from gateway.context import RequestContext
 from gateway.metrics import GatewayMetrics
-from gateway.routing.dispatch import DEFAULT_BUDGET_SECS, Dispatcher, with_version
+from gateway.routing.dispatch import DEFAULT_BUDGET_SECS, Dispatcher, relabelled, with_version
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
 from gateway.routing.sequences import DEFAULT_IDLE_SECS, PIN_GRACE_SECS
@@ -680,3 +680,63 @@ async def test_the_idle_time_is_learned_again_after_a_load_or_unload(
     await start_sequence(dispatcher, balancer, a, b, 9)
     clock.advance(0.2 + PIN_GRACE_SECS)
     assert await send_with_pinned_replica_busier(dispatcher, balancer, a, 9) == b"b"
+
+
+# --- experiments across models -------------------------------------------------------
+
+EXPERIMENT = {"weights": {"a:1": 50, "b:2": 50}, "shadow": {"version": "c:1"}}
+
+
+async def test_an_experiments_arms_are_ready_as_their_models_are(balancer: Balancer, metrics: GatewayMetrics) -> None:
+    fleet = StandInFleet({StandInReplica("x"): {"a": {"1"}, "b": {"1"}}})  # b has no version 2
+    dispatcher = make_dispatcher(fleet, balancer, metrics, {"exp": EXPERIMENT})
+    decisions = {dispatcher.decide("exp", "", RequestContext()) for _ in range(20)}
+    assert {(d.model, d.version, d.arm, d.skipped) for d in decisions} == {("a", "1", "a:1", ("b:2",))}
+    assert dispatcher.ready_arms("exp") == frozenset({"a:1"})
+    assert dispatcher.front_arm("exp", "") == ("a", "1")
+    assert dispatcher.front_arm("exp", "b:2") == ("b", "2")
+    assert dispatcher.front_arm("exp", "9") is None
+    assert dispatcher.front_arm("a", "") is None  # no experiment
+    routes = "turnout_gateway_route_decisions_total"
+    assert sample(metrics, routes, model="exp", version="a:1", reason="weighted") == 20
+
+
+async def test_a_sequence_through_an_experiment_keeps_its_arm_and_replica(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    x, y = StandInReplica("x"), StandInReplica("y")
+    fleet = StandInFleet({x: {"a": {"1"}}, y: {"a": {"1"}, "b": {"2"}}})
+    dispatcher = make_dispatcher(fleet, balancer, metrics, {"exp": EXPERIMENT})
+    start = dispatcher.decide("exp", "", in_sequence(7, start=True))
+    assert start.shadow == "" and start.model in ("a", "b")
+    first = await dispatcher.send("exp", start.version, PAYLOAD, in_sequence(7, start=True), start.model)
+    for _ in range(10):
+        later = dispatcher.decide("exp", "", in_sequence(7))
+        assert (later.model, later.version, later.arm, later.reason) == (
+            start.model,
+            start.version,
+            start.arm,
+            Reason.SEQUENCE,
+        )
+        assert await dispatcher.send("exp", later.version, PAYLOAD, in_sequence(7), later.model) == first
+    await let_background_tasks_run()
+    # The idle time is asked of the model that serves the sequence.
+    served = x if first == b"x" else y
+    assert [request.name for request in served.config_requests] == [start.model]
+
+
+async def test_a_shadow_to_another_models_arm_names_that_model(balancer: Balancer, metrics: GatewayMetrics) -> None:
+    candidate = StandInReplica("candidate")
+    dispatcher = make_dispatcher(StandInFleet({candidate: {"c": {"1"}}}), balancer, metrics)
+    assert await dispatcher.send_shadow("exp", "c:1", PAYLOAD) == b"candidate"
+    (sent,) = candidate.received
+    assert (pb.ModelInferRequest.FromString(sent).model_name, pb.ModelInferRequest.FromString(sent).model_version) == (
+        "c",
+        "1",
+    )
+
+
+def test_relabelled_names_the_called_model_and_the_arm() -> None:
+    answer = pb.ModelInferResponse(model_name="a", model_version="1", id="r").SerializeToString()
+    back = pb.ModelInferResponse.FromString(relabelled(answer, "exp", "a:1"))
+    assert (back.model_name, back.model_version, back.id) == ("exp", "a:1", "r")
