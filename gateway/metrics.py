@@ -3,7 +3,8 @@
 The gateway counts the requests it routes, per model, protocol and outcome, times them
 per model, version and protocol, and counts routing decisions, shadows (with the largest
 output difference seen), failovers and ejections. In an experiment across models the
-"version" label is the arm (`resnet_trt:1`) and "model" the called name. `gateway.metrics_port` serves them with the fleet's Triton metrics.
+"version" label is the arm (`resnet_trt:1`) and "model" the called name.
+`gateway.metrics_port` serves them with the fleet's Triton metrics.
 """
 
 from __future__ import annotations

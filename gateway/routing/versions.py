@@ -14,6 +14,7 @@ and a weight change moves only the keys the new weights need to move.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import math
 import random
@@ -72,17 +73,22 @@ class ModelPolicy:
     sticky_header: str = ""
     shadow: Shadow | None = None
 
-    @property
+    # Asked per request: computed once per policy (a policy never changes, it is replaced).
+    @functools.cached_property
     def routes_elsewhere(self) -> bool:
         """Whether some weighted arm is another model: an experiment across models."""
         return any(arm_target(arm)[0] for arm, _ in self.weights)
 
-    def arms(self) -> tuple[str, ...]:
-        """Every arm the policy sends to: the weighted ones, then the shadow's."""
+    @functools.cached_property
+    def _all_arms(self) -> tuple[str, ...]:
         weighted = tuple(arm for arm, _ in self.weights)
         if self.shadow is not None and self.shadow.version not in weighted:
             return (*weighted, self.shadow.version)
         return weighted
+
+    def arms(self) -> tuple[str, ...]:
+        """Every arm the policy sends to: the weighted ones, then the shadow's."""
+        return self._all_arms
 
 
 @dataclass(frozen=True)
