@@ -84,15 +84,14 @@ def test_a_shadow_in_another_framework_matches_exactly_on_integers(server: Serve
         for _ in range(20):
             assert client.infer("mirrored", inputs).get_response().model_version == "simple:1"
 
-    def compared() -> float:
-        return sum(
-            metric(server.metrics, "turnout_gateway_shadow_requests_total", model="mirrored", outcome=outcome)
-            for outcome in ("same", "different")
-        )
-
-    wait_until(lambda: compared() >= 20, 15, "20 shadows compared")
     shadows = "turnout_gateway_shadow_requests_total"
-    assert metric(server.metrics, shadows, model="mirrored", version="simple_torch:1", outcome="same") == 20
+
+    def outcome(name: str) -> float:
+        return metric(server.metrics, shadows, model="mirrored", version="simple_torch:1", outcome=name)
+
+    # Every copy is compared, or dropped when more than 16 are still running on a busy host.
+    wait_until(lambda: sum(outcome(o) for o in ("same", "different", "error", "dropped")) >= 20, 30, "20 shadows")
+    assert outcome("same") > 0 and outcome("different") == outcome("error") == 0
     difference = "turnout_gateway_shadow_max_difference"
     assert metric(server.metrics, difference, model="mirrored", version="simple_torch:1", output="OUTPUT0") == 0.0
 
