@@ -312,6 +312,8 @@ async def serve(
                 _build_http_app(gateway, settings),
                 http=_HeadLimitedProtocol,
                 lifespan="off",
+                ws="none",
+                proxy_headers=False,  # forwarded headers change nothing turnout reads
                 log_config=None,
                 access_log=False,
                 timeout_graceful_shutdown=max(1, round(settings.exit_timeout_secs)),

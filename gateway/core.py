@@ -25,6 +25,7 @@ from gateway.routing.dispatch import Dispatcher, relabelled, with_model, with_ve
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
 from gateway.routing.shadows import ShadowMirror
+from gateway.routing.versions import Reason
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory, uses_shared_memory
 from gateway.tracing.trace import REQUEST_END
@@ -218,7 +219,7 @@ class Gateway:
             context = replace(context, sequence=sequence)  # its requests stay on one replica and version
         decision = self._dispatcher.decide(model, request.model_version, context)
         version, served, arm = decision.version, decision.model, decision.arm
-        if virtual and not served:  # a version that names none of its arms
+        if virtual and not served and decision.reason is not Reason.SEQUENCE:  # a version that is no arm
             raise not_found(f"Request for unknown model: '{model}' version {request.model_version} is not found")
         if verbose:
             logger.debug("infer model '%s' version '%s' over %s", model, arm, protocol)
@@ -229,10 +230,13 @@ class Gateway:
                 answer = await self.model_config(pb.ModelConfigRequest(name=name, version=asked))
                 codec.deduce_raw_input(request, answer.config)
             if served:
-                # An experiment's arm of another model answers; the response is relabelled below.
+                # An experiment's arm of another model answers; dispatch names the called
+                # model and the arm in its response.
                 request.model_name = served
             if self.ensembles.runs(served or model):
                 response = await self._infer_ensemble(request, version, context)
+                if served:  # an ensemble runs here, not through dispatch
+                    response = relabelled(response, model, arm)
             elif uses_shared_memory(request):
                 if carry:
                     request.parameters[REQUEST_ID_PARAMETER].string_param = request_id
@@ -249,8 +253,6 @@ class Gateway:
                 if decision.shadow_policy is not None:
                     # After the primary answered, so the copy can neither delay nor fail it.
                     self._shadows.mirror(model, decision.shadow_policy, payload, response)
-            if served:
-                response = relabelled(response, model, arm)
         except TurnoutError as exc:
             self._metrics.count_request(model, protocol, False)
             self._metrics.observe_request(model, arm or "default", protocol, time.perf_counter() - started)

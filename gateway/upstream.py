@@ -2,7 +2,7 @@
 
 ModelInfer travels as bytes both ways (identity serializers), so a gRPC request
 crosses the gateway without being re-encoded; every other method is typed. gRPC
-errors become TurnoutError here, with the sidecar's status and text unchanged.
+errors become TurnoutError here, with the sidecar's status, text and cause unchanged.
 With TLS (SidecarTls) both the channel and the infer lane are encrypted.
 """
 
@@ -19,7 +19,7 @@ from protos import grpc_service_pb2 as pb
 from protos.lane import LaneClient
 from protos.logs import REQUEST_ID
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS
-from protos.status import Status, TurnoutError, status_from_grpc, unavailable
+from protos.status import CAUSE_METADATA, Status, TurnoutError, cause_named, status_from_grpc, unavailable
 from protos.trace import TRACEPARENT
 
 M = TypeVar("M", bound=Message)
@@ -52,7 +52,9 @@ def _translate(exc: grpc.aio.AioRpcError, tls: bool) -> TurnoutError:
         if "socket closed" in lowered:
             details = f"{details} ({_CLOSED_HINT[tls]})"
         return SidecarUnreachable(Status.UNAVAILABLE, details)
-    return TurnoutError(status_from_grpc(exc.code()), details)
+    causes = [value for key, value in exc.trailing_metadata() or () if key == CAUSE_METADATA]
+    cause = cause_named(str(causes[0])) if causes else None
+    return TurnoutError(status_from_grpc(exc.code()), details, cause)
 
 
 # A restarted sidecar comes back on the same address within a second or two; grpc's

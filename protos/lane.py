@@ -5,7 +5,8 @@ ModelInfer travels here; everything else stays on the sidecar's gRPC service. A 
 is `u32 payload length | u64 call id | u8 kind | payload`. Requests carry the request id
 (`u8 length | id`, at most 255 bytes of UTF-8, so every log line on both sides names the
 request without touching the protobuf) and then a serialized ModelInferRequest;
-replies carry a serialized ModelInferResponse or an error (status name, NUL, message).
+replies carry a serialized ModelInferResponse or an error (status name, NUL, message, and
+NUL and its cause where it has one: protos.status.Cause).
 A CANCEL frame (empty payload) says the caller gave up on a call (its deadline passed,
 its client went away): the sidecar cancels it, which drops it from its batcher's queue
 if it has not run yet, and sends no reply. Writes made in one turn
@@ -31,7 +32,7 @@ from functools import partial
 from typing import cast
 
 from protos.rpc import MAX_MESSAGE_BYTES
-from protos.status import Status, TurnoutError
+from protos.status import Status, TurnoutError, cause_named
 
 _HEADER = struct.Struct("<IQB")
 MAX_REQUEST_ID = 255
@@ -48,12 +49,16 @@ class Kind(IntEnum):
 
 
 def encode_error(error: TurnoutError) -> bytes:
-    return error.status.name.encode() + b"\0" + error.message.encode()
+    encoded = error.status.name.encode() + b"\0" + error.message.encode()
+    return encoded + b"\0" + error.cause.value.encode() if error.cause is not None else encoded
 
 
 def decode_error(payload: bytes) -> TurnoutError:
-    status, _, message = payload.partition(b"\0")
-    return TurnoutError(Status[status.decode()], message.decode(errors="replace"))
+    status, _, rest = payload.partition(b"\0")
+    # A message may hold a NUL itself: only a known cause after the last one is a cause.
+    message, _, tail = rest.rpartition(b"\0")
+    cause = cause_named(tail.decode(errors="replace"))
+    return TurnoutError(Status[status.decode()], (message if cause else rest).decode(errors="replace"), cause)
 
 
 def too_large(size: int, limit: int, sent: bool) -> str:

@@ -1,18 +1,20 @@
 """One inference on its way to a sidecar: the version the routing policy picks, the
 replica the balancer picks, and failover to another replica when the first could not
-be reached, within the request's deadline.
+be reached, within the request's deadline; for a sequence, the version and replica its
+id places it on, alike on every gateway (`gateway.routing.sequences`).
 
 The request stays in the bytes it arrived in: a chosen version is appended as one more
 `model_version` field, which protobuf parsing lets win over any earlier value; an arm of
-another model appends its `model_name` the same way, and its response gets the called
-name and the arm's spelling appended on the way back.
+another model (an experiment, `gateway.routing.versions`) appends its `model_name` the
+same way, and its response gets the called name and the arm's spelling appended on the
+way back. A sequence's placement runs over arms as over versions.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from gateway.context import RequestContext
@@ -20,13 +22,13 @@ from gateway.metrics import GatewayMetrics
 from gateway.registry import ModelRegistry
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
-from gateway.routing.sequences import Pin, SequencePins
-from gateway.routing.versions import Decision, ModelPolicy, Reason, VersionChooser, arm_target
+from gateway.routing.sequences import SequencePins, in_rendezvous_order, placement_key
+from gateway.routing.versions import Decision, ModelPolicy, Reason, VersionChooser, arm_name, arm_target
 from gateway.tracing.trace import Trace
 from gateway.upstream import SidecarClient, SidecarUnreachable
 from protos import grpc_service_pb2 as pb
 from protos.sequence import SequenceFlags
-from protos.status import not_found, unavailable
+from protos.status import Cause, TurnoutError, not_found, unavailable
 from protos.trace import take_report, trace_parameter
 from protos.wire import length_delimited
 
@@ -83,18 +85,26 @@ class Dispatcher:
         self._pins = SequencePins(clock)
 
     def decide(self, model: str, requested: str, context: RequestContext) -> Decision:
-        if context.sequence is not None:
-            return self._decide_sequence(model, requested, context, context.sequence)
+        sequence = context.sequence
+        if sequence is not None:
+            return self._decide_sequence(model, requested, context, sequence)
+        decision = self._choose(model, requested, context, "")
+        self._count_route(model, decision)
+        return decision
+
+    def _choose(self, model: str, requested: str, context: RequestContext, draw_key: str) -> Decision:
         policy = self._policies.get(model)
         if policy is None and not requested:
             return Decision("", Reason.DEFAULT)
         ready = self._ready_arms(model, policy)
-        decision = self._chooser.choose(policy, requested, context.headers, ready)
+        return self._chooser.choose(policy, requested, context.headers, ready, draw_key)
+
+    def _count_route(self, model: str, decision: Decision) -> None:
         # Label only arms the policy or the fleet knows: a client's version text is unbounded.
+        policy = self._policies.get(model)
         arm = decision.arm
-        known = arm in (ready or ()) or (policy is not None and arm in policy.arms())
+        known = (policy is not None and arm in policy.arms()) or arm in (self._ready_arms(model, policy) or ())
         self._metrics.count_route(model, decision, arm if known or not arm else "other")
-        return decision
 
     def _ready_arms(self, model: str, policy: ModelPolicy | None) -> frozenset[str] | None:
         """The arms of `model` some healthy instance serves; None when not known."""
@@ -144,16 +154,27 @@ class Dispatcher:
     def _decide_sequence(
         self, model: str, requested: str, context: RequestContext, sequence: SequenceFlags
     ) -> Decision:
-        """A sequence keeps the version its START got; a START is routed like any request,
-        but to a definite version (the newest READY one when nothing else chooses) and
-        never shadowed, since a shadow would see the sequence's later requests alone."""
-        pin = None if sequence.start else self._pins.get(model, sequence)
-        if pin is not None:
-            decision = Decision(pin.version, Reason.SEQUENCE, model=pin.model)
-            self._metrics.count_route(model, decision, decision.arm or "default")
+        """A START is routed like any request, but to a definite version (the newest READY
+        one when nothing else chooses), by a weighted choice every gateway makes alike (a
+        hash of the sequence id, where no sticky key decides), and never shadowed, since a
+        shadow would see the sequence's later requests alone. A later request names no
+        version unless its client did: `send` finds the version that holds the sequence."""
+        if sequence.start or requested:
+            decision = self._start_decision(model, requested, context, sequence)
+            decision = replace(decision, shadow="", shadow_policy=None)
+            self._count_route(model, decision)
             return decision
-        decision = self.decide(model, requested, replace(context, sequence=None))
-        decision = replace(decision, shadow="", shadow_policy=None)
+        pin = self._pins.get(model, sequence)
+        if pin is not None:
+            expected = arm_name(pin.model, pin.version)
+        else:
+            expected = self._start_decision(model, "", context, sequence).arm
+        decision = Decision("", Reason.SEQUENCE)
+        self._metrics.count_route(model, decision, expected or "default")
+        return decision
+
+    def _start_decision(self, model: str, requested: str, context: RequestContext, sequence: SequenceFlags) -> Decision:
+        decision = self._choose(model, requested, context, placement_key(model, sequence))
         if not decision.version and not decision.model:
             ready = self._registry.ready_versions(model)
             if ready:
@@ -166,42 +187,50 @@ class Dispatcher:
 
     async def send(self, model: str, version: str, payload: bytes, context: RequestContext, served: str = "") -> bytes:
         """Send to one replica serving `model` (`version` if given), or `served` when an
-        experiment's arm of another model serves the called `model`; a replica that could
-        not be reached is ejected and the next one tried, until the deadline. A sequence's
-        requests after its START go where the START went, with no failover."""
+        experiment's arm of another model answers for the called `model` (the response
+        then names the called model and the arm); a replica that could not be reached is
+        ejected and the next one tried, until the deadline. A sequence's START goes to the
+        first replica of its rendezvous order that can be reached, and its later requests
+        where the START went (`_send_in_sequence`)."""
         sequence = context.sequence
         if sequence is not None and not sequence.start:
-            pin = self._pins.get(model, sequence)
-            if pin is not None:
-                if sequence.end:
-                    self._pins.end(model, sequence)
-                return await self._send_pinned(model, sequence, pin, payload, context)
+            return await self._send_in_sequence(model, arm_name(served, version), payload, context, sequence)
         target = served or model
-        candidates = self._registry.replicas(target, version)
-        if not candidates:
-            await self._registry.find(target)  # an unknown name may be new: look once more
-            candidates = self._registry.replicas(target, version)
-        if not candidates:
-            raise not_found(f"Request for unknown model: '{target}' is not found")
+        candidates = await self._replicas(target, version)
+        if sequence is not None:
+            candidates = in_rendezvous_order(placement_key(model, sequence), candidates)
         deadline = context.deadline or self._clock() + DEFAULT_BUDGET_SECS
         tried: list[SidecarClient] = []
         while True:
-            client = self._balancer.choose(candidates, tried)
+            if sequence is not None:
+                client = self._balancer.first(candidates, tried)
+            else:
+                client = self._balancer.choose(candidates, tried)
             if client is None:
                 raise unavailable(f"no replica of model '{target}' could be reached")
             tried.append(client)
-            if sequence is not None and sequence.start and not sequence.end:
+            if sequence is not None and not sequence.end:
                 # Before the send: a stream's next requests of this sequence may follow at once.
                 self._pins.bind(model, sequence, version, client, served)
             try:
                 with self._balancer.track(client):
-                    return await client.infer(payload, _traceparent(context))
+                    response = await client.infer(payload, _traceparent(context))
+                return relabelled(response, model, arm_name(served, version)) if served else response
             except SidecarUnreachable as exc:
                 self._balancer.eject(client, exc.message)
                 if self._clock() >= deadline or len(tried) >= len(candidates):
                     self._metrics.count_failover(target, "exhausted")
                     raise
                 self._metrics.count_failover(target, "retried")
+
+    async def _replicas(self, model: str, version: str) -> Sequence[SidecarClient]:
+        candidates = self._registry.replicas(model, version)
+        if not candidates:
+            await self._registry.find(model)  # an unknown name may be new: look once more
+            candidates = self._registry.replicas(model, version)
+        if not candidates:
+            raise not_found(f"Request for unknown model: '{model}' is not found")
+        return candidates
 
     async def forward(
         self, model: str, version: str, payload: bytes, context: RequestContext, served: str = ""
@@ -224,21 +253,95 @@ class Dispatcher:
         trace.sidecar_answered(report, sent, received)
         return response
 
-    async def _send_pinned(
-        self, model: str, sequence: SequenceFlags, pin: Pin, payload: bytes, context: RequestContext
+    async def _send_in_sequence(
+        self, model: str, arm: str, payload: bytes, context: RequestContext, sequence: SequenceFlags
     ) -> bytes:
-        """Only the pinned replica holds the sequence's state: if it is gone, say so
-        rather than move the sequence to a replica that would start it afresh."""
-        client = pin.replica
-        lost = f"sequence {sequence.id} of model '{model}' was started on replica {client.address}, which"
-        if client not in self._registry.replicas(pin.model or model, pin.version):
-            raise unavailable(f"{lost} no longer serves it; start the sequence again")
-        try:
-            with self._balancer.track(client):
-                return await client.infer(payload, _traceparent(context))
-        except SidecarUnreachable as exc:
-            self._balancer.eject(client, exc.message)
-            raise unavailable(f"{lost} could not be reached; start the sequence again") from exc
+        """A sequence's later request goes where its START went: to the replica this
+        gateway pinned it to, else along the order every gateway derives alike (the
+        replicas of the arm a START would get now, in the sequence's rendezvous order,
+        then those of the other READY arms; only `arm`'s when the client named one), to
+        the first replica that holds the sequence. One that does not says so
+        (Cause.UNKNOWN_SEQUENCE) and the next is asked. The state never moves: when no
+        replica holds the sequence, the answer says its replica is gone, or is Triton's."""
+        tried: list[tuple[str, SidecarClient]] = []
+        refusal: TurnoutError | None = None  # a replica's answer that it does not hold the sequence
+        lost: TurnoutError | None = None  # why the pinned replica could not answer
+        pin = self._pins.get(model, sequence)
+        pinned = arm_name(pin.model, pin.version) if pin is not None else ""
+        if pin is not None and arm in ("", pinned):
+            if sequence.end:
+                self._pins.end(model, sequence)
+            client = pin.replica
+            where = f"sequence {sequence.id} of model '{model}' was started on replica {client.address}, which"
+            if client not in self._registry.replicas(pin.model or model, pin.version):
+                lost = unavailable(f"{where} no longer serves it; start the sequence again")
+            else:
+                try:
+                    with self._balancer.track(client):
+                        response = await client.infer(_aimed(payload, pinned), _traceparent(context))
+                    return _answered(response, model, pinned)
+                except SidecarUnreachable as exc:
+                    self._balancer.eject(client, exc.message)
+                    lost = unavailable(f"{where} could not be reached; start the sequence again")
+                    lost.__cause__ = exc
+                except TurnoutError as exc:
+                    if exc.cause is not Cause.UNKNOWN_SEQUENCE:
+                        raise
+                    refusal = exc  # it let the sequence go (idle, or ended through another gateway)
+            # The pin is stale: the sequence may have started again elsewhere, through another gateway.
+            self._pins.end(model, sequence)
+            tried.append((pinned, client))
+        deadline = context.deadline or self._clock() + DEFAULT_BUDGET_SECS
+        unreachable: list[str] = []
+        for held, client in await self._sequence_order(model, arm, context, sequence):
+            if (held, client) in tried:
+                continue
+            try:
+                with self._balancer.track(client):
+                    response = await client.infer(_aimed(payload, held), _traceparent(context))
+            except SidecarUnreachable as exc:
+                self._balancer.eject(client, exc.message)
+                unreachable.append(client.address)
+                if self._clock() >= deadline:
+                    break
+                continue
+            except TurnoutError as exc:
+                if exc.cause is not Cause.UNKNOWN_SEQUENCE:
+                    raise
+                refusal = exc
+                continue
+            if not sequence.end:
+                served, version = arm_target(held)
+                self._pins.bind(model, sequence, version, client, served)
+            return _answered(response, model, held)
+        if lost is not None:
+            raise lost
+        if unreachable:
+            raise unavailable(
+                f"sequence {sequence.id} of model '{model}' is held by no replica that could be reached "
+                f"({', '.join(unreachable)} could not be); start the sequence again"
+            )
+        if refusal is None:  # pragma: no cover - `_replicas` raised for a model with no replica
+            raise unavailable(f"no replica of model '{model}' could be reached")
+        raise refusal  # Triton's answer: no replica holds the sequence
+
+    async def _sequence_order(
+        self, model: str, arm: str, context: RequestContext, sequence: SequenceFlags
+    ) -> list[tuple[str, SidecarClient]]:
+        """(arm, replica) pairs in the order a later request of `sequence` asks them."""
+        if arm:
+            arms = [arm]
+        else:
+            first = self._start_decision(model, "", context, sequence).arm
+            ready = self._ready_arms(model, self._policies.get(model)) or frozenset()
+            arms = [first, *sorted(ready - {first}, key=_newest_first, reverse=True)]
+        key = placement_key(model, sequence)
+        order: list[tuple[str, SidecarClient]] = []
+        for each in arms:
+            served, version = arm_target(each)
+            replicas = await self._replicas(served or model, version)
+            order += [(each, client) for client in in_rendezvous_order(key, replicas)]
+        return order
 
     async def send_shadow(self, model: str, arm: str, payload: bytes) -> bytes:
         """One try on one replica of `model`'s `arm` (a version, or another model's arm):
@@ -249,9 +352,28 @@ class Dispatcher:
         client = self._balancer.choose(candidates)
         if client is None:
             raise not_found(f"no replica serves '{target}' version {version}")
+        payload = with_version(payload, version)  # "" too: the primary's version is not the shadow's
         with self._balancer.track(client):
-            payload = with_version(payload, version)
             return await client.infer(with_model(payload, served) if served else payload)
+
+
+def _aimed(payload: bytes, arm: str) -> bytes:
+    """`payload` sent to `arm`: its version set (when the arm names one), and its model
+    when the arm is another model's (with its version, "" too: the client's named the arm)."""
+    served, version = arm_target(arm)
+    if served:
+        return with_model(with_version(payload, version), served)
+    return with_version(payload, version) if version else payload
+
+
+def _answered(response: bytes, model: str, arm: str) -> bytes:
+    """The response of `arm`, as `model` answers: relabelled when another model served."""
+    return relabelled(response, model, arm) if arm_target(arm)[0] else response
+
+
+def _newest_first(arm: str) -> tuple[bool, int, str]:
+    """Versions by number, then other models' arms by name: the same order on every gateway."""
+    return (arm.isdigit(), int(arm) if arm.isdigit() else 0, arm)
 
 
 def _traceparent(context: RequestContext) -> str:

@@ -273,9 +273,12 @@ class VersionChooser:
         requested: str,
         headers: Mapping[str, str],
         ready: Collection[str] | None,
+        draw_key: str = "",
     ) -> Decision:
         """`ready`: the arms some healthy instance serves (None = unknown: all are). A
-        requested version names an arm, or else a version of the called model."""
+        requested version names an arm, or else a version of the called model.
+        `draw_key` (a sequence's) replaces the random draw by weight with the weighted
+        rendezvous choice on it, which every gateway makes alike."""
         if policy is None:
             return Decision(requested, Reason.EXPLICIT if requested else Reason.DEFAULT)
         shadow = self._shadow(policy)
@@ -296,6 +299,9 @@ class VersionChooser:
         if key:
             arm = max(live, key=lambda vw: sticky_score(key, vw[0], vw[1]))[0]
             reason = Reason.STICKY
+        elif draw_key:
+            arm = max(live, key=lambda vw: sticky_score(draw_key, vw[0], vw[1]))[0]
+            reason = Reason.WEIGHTED
         else:
             arm = self._draw(live)
             reason = Reason.WEIGHTED
