@@ -276,9 +276,13 @@ async def test_a_shadow_to_another_model_is_compared_within_its_tolerance(consul
         assert 5e-5 < largest < 2e-4, largest  # |1.0001 - 1| in float32, whatever the tolerance
 
 
-async def test_a_sequence_keeps_its_arm(consul: Consul, fleet: Process) -> None:
+async def test_a_sequence_keeps_its_arm_across_gateways(consul: Consul, fleet: Process) -> None:
+    """Each sequence alternates between two gateways step by step; the second never saw
+    its START, and finds the arm and replica that hold it as it finds a version's."""
     _set(consul, "running", {"weights": {"sum_a:1": 50, "sum_b:1": 50}})
-    client = aioclient.InferenceServerClient(fleet.fields["grpc"])
+    flags = (f"--consul-service={SERVICE}", f"--routing-kv-prefix={PREFIX}", "--routing-seed=6")
+    other = gateway(consul.http, *flags)
+    clients = [aioclient.InferenceServerClient(g.fields["grpc"]) for g in (fleet, other)]
 
     def step_input(value: int) -> list[aioclient.InferInput]:
         tensor = aioclient.InferInput("INPUT", [1, 1], "INT32")
@@ -287,9 +291,9 @@ async def test_a_sequence_keeps_its_arm(consul: Consul, fleet: Process) -> None:
 
     async def run(sequence_id: int | str) -> set[str]:
         arms = set()
-        for step in range(5):
-            result = await client.infer(
-                "running", step_input(2), sequence_id=sequence_id, sequence_start=step == 0, sequence_end=step == 4
+        for step in range(6):
+            result = await clients[step % 2].infer(
+                "running", step_input(2), sequence_id=sequence_id, sequence_start=step == 0, sequence_end=step == 5
             )
             # The running sum proves every step reached the model and replica of the START.
             assert int(result.as_numpy("OUTPUT")[0, 0]) == 2 * (step + 1), (sequence_id, step)
@@ -303,11 +307,13 @@ async def test_a_sequence_keeps_its_arm(consul: Consul, fleet: Process) -> None:
         except InferenceServerException:
             return False
 
-    try:
-        await _eventually(applied, 10, "the sequence experiment")
-        ids: list[int | str] = [*range(1, 11), *(f"user-{i}" for i in range(10))]
-        per_sequence = await asyncio.gather(*(run(i) for i in ids))
-        assert all(len(arms) == 1 for arms in per_sequence)  # one arm per sequence
-        assert set().union(*per_sequence) == {"sum_a:1", "sum_b:1"}  # and the split still splits
-    finally:
-        await client.close()
+    with running(other):
+        try:
+            await _eventually(applied, 10, "the sequence experiment on both gateways")
+            ids: list[int | str] = [*range(1, 11), *(f"user-{i}" for i in range(10))]
+            per_sequence = await asyncio.gather(*(run(i) for i in ids))
+            assert all(len(arms) == 1 for arms in per_sequence)  # one arm per sequence
+            assert set().union(*per_sequence) == {"sum_a:1", "sum_b:1"}  # and the split still splits
+        finally:
+            for client in clients:
+                await client.close()
