@@ -113,12 +113,14 @@ class Gateway:
         return all(answers)
 
     async def model_ready(self, request: pb.ModelReadyRequest) -> bool:
-        if self._dispatcher.experiment(request.name) is not None:
+        experiments = self._dispatcher.experiments
+        if experiments.get(request.name) is not None:
             # An experiment's called name is as ready as the arm that answers for it.
-            front = self._dispatcher.front_arm(request.name, request.version)
-            if front is None:
+            try:
+                served, version = experiments.front(request.name, request.version) or (request.name, "")
+            except TurnoutError:  # a version that is no arm of it
                 return False
-            request = pb.ModelReadyRequest(name=front[0], version=front[1])
+            request = pb.ModelReadyRequest(name=served, version=version)
         client = await self._registry.find(request.name)
         if client is None:
             return False
@@ -137,26 +139,19 @@ class Gateway:
         return self._metadata
 
     async def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
-        front = self._front_arm(request.name, request.version)
+        front = self._dispatcher.experiments.front(request.name, request.version)
         if front is None:
             client = await self._owner(request.name)
             return await client.call("ModelMetadata", request, pb.ModelMetadataResponse)
-        # An experiment answers with the arm that answers for it, under the called name;
-        # its versions are the spellings of its ready arms (what model_version may say).
+        # An experiment's called name answers with the arm that stands for it.
         served, version = front
         client = await self._owner(served)
-        answer = await client.call(
-            "ModelMetadata", pb.ModelMetadataRequest(name=served, version=version), pb.ModelMetadataResponse
-        )
-        answer.name = request.name
-        ready = self._dispatcher.ready_arms(request.name)
-        versions = [request.version] if request.version else [a for a in self._arms(request.name) if a in ready]
-        del answer.versions[:]
-        answer.versions.extend(versions)
-        return answer
+        asked = pb.ModelMetadataRequest(name=served, version=version)
+        answer = await client.call("ModelMetadata", asked, pb.ModelMetadataResponse)
+        return self._dispatcher.experiments.as_called(answer, request.name, request.version)
 
     async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
-        front = self._front_arm(request.name, request.version)
+        front = self._dispatcher.experiments.front(request.name, request.version)
         if front is None:
             client = await self._owner(request.name)
             return await client.call("ModelConfig", request, pb.ModelConfigResponse)
@@ -166,21 +161,6 @@ class Gateway:
         answer = await client.call("ModelConfig", config_request, pb.ModelConfigResponse)
         answer.config.name = request.name
         return answer
-
-    def _front_arm(self, model: str, version: str) -> tuple[str, str] | None:
-        """The (model, version) answering for an experiment's called name; None for any
-        other name; NOT_FOUND for a version that names none of the experiment's arms."""
-        if self._dispatcher.experiment(model) is None:
-            return None
-        front = self._dispatcher.front_arm(model, version)
-        if front is None:
-            raise not_found(f"Request for unknown model: '{model}' version {version} is not found")
-        return front
-
-    def _arms(self, model: str) -> list[str]:
-        """An experiment's weighted arms, in the policy's order."""
-        policy = self._dispatcher.experiment(model)
-        return [arm for arm, weight in policy.weights if weight > 0] if policy is not None else []
 
     # --- inference ----------------------------------------------------------------
 
@@ -209,7 +189,7 @@ class Gateway:
         trace = context.trace
         virtual = False  # an experiment's called name that serves nothing itself
         if not self._registry.replicas(model, ""):
-            virtual = self._dispatcher.experiment(model) is not None
+            virtual = self._dispatcher.experiments.get(model) is not None
             if not virtual:
                 await self._owner(model)  # an unknown model fails here, before it counts as a request
         if trace is not None:
@@ -328,13 +308,7 @@ class Gateway:
             return client.framework, answer.models
 
         models = combine_indexes(await self._all(listing))
-        for name in self._dispatcher.experiments():
-            # An experiment's called name lists its arms, as a model lists its versions.
-            ready = self._dispatcher.ready_arms(name)
-            models = [entry for entry in models if entry.name != name]
-            for arm in self._arms(name):
-                state, reason = ("READY", "") if arm in ready else ("UNAVAILABLE", "no ready replica serves this arm")
-                models.append(pb.RepositoryIndexResponse.ModelIndex(name=name, version=arm, state=state, reason=reason))
+        models = self._dispatcher.experiments.in_index(models)  # a called name lists its arms
         models.sort(key=lambda m: m.name)  # stable: each model's versions keep their order
         for entry in models:
             if entry.state == "READY" and self.ensembles.runs(entry.name):

@@ -6,6 +6,8 @@
 - `versions`: version choice: a model's policy (weights, sticky header, shadow), weighted
   draws and sticky keys by weighted rendezvous hashing. An arm is a version, or another
   model's version in an experiment (`resnet_trt:1`), answered under the called name.
+- `experiments`: names whose arms are other models, and what such a called name answers
+  besides inferences (ready arms; the arm that stands for it in metadata and the index).
 - `replicas`: replica choice: power of two choices on outstanding requests, ejection of a
   failed replica until a probe finds it ready.
 - `sequences`: placement of stateful sequences: the replica order a sequence id gives,

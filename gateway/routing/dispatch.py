@@ -20,10 +20,11 @@ from dataclasses import replace
 from gateway.context import RequestContext
 from gateway.metrics import GatewayMetrics
 from gateway.registry import ModelRegistry
+from gateway.routing.experiments import Experiments, ready_arms
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
 from gateway.routing.sequences import SequencePins, in_rendezvous_order, placement_key
-from gateway.routing.versions import Decision, ModelPolicy, Reason, VersionChooser, arm_name, arm_target
+from gateway.routing.versions import Decision, Reason, VersionChooser, arm_name, arm_target
 from gateway.tracing.trace import Trace
 from gateway.upstream import SidecarClient, SidecarUnreachable
 from protos import grpc_service_pb2 as pb
@@ -83,6 +84,7 @@ class Dispatcher:
         self._chooser = VersionChooser(rng)
         self._clock = clock
         self._pins = SequencePins(clock)
+        self.experiments = Experiments(registry, policies)  # what their called names answer
 
     def decide(self, model: str, requested: str, context: RequestContext) -> Decision:
         sequence = context.sequence
@@ -96,60 +98,18 @@ class Dispatcher:
         policy = self._policies.get(model)
         if policy is None and not requested:
             return Decision("", Reason.DEFAULT)
-        ready = self._ready_arms(model, policy)
+        ready = ready_arms(self._registry, model, policy)
         return self._chooser.choose(policy, requested, context.headers, ready, draw_key)
 
     def _count_route(self, model: str, decision: Decision) -> None:
         # Label only arms the policy or the fleet knows: a client's version text is unbounded.
         policy = self._policies.get(model)
         arm = decision.arm
-        known = (policy is not None and arm in policy.arms()) or arm in (self._ready_arms(model, policy) or ())
-        self._metrics.count_route(model, decision, arm if known or not arm else "other")
-
-    def _ready_arms(self, model: str, policy: ModelPolicy | None) -> frozenset[str] | None:
-        """The arms of `model` some healthy instance serves; None when not known."""
-        ready = self._registry.ready_versions(model)
-        if policy is None or not policy.routes_elsewhere:
-            return ready
-        arms = set()
-        for arm in policy.arms():
-            target, version = arm_target(arm)
-            versions = self._registry.ready_versions(target) if target else ready
-            if versions and (version in versions or not version):
-                arms.add(arm)
-        return frozenset(arms)
-
-    def experiment(self, model: str) -> ModelPolicy | None:
-        """The policy of `model` when it routes to other models (an experiment), else None."""
-        policy = self._policies.get(model)
-        return policy if policy is not None and policy.routes_elsewhere else None
-
-    def front_arm(self, model: str, requested: str) -> tuple[str, str] | None:
-        """For an experiment's called name: the (model, version) that answers its metadata,
-        config and readiness: the arm `requested` names, else the first weighted arm that
-        is ready (the first weighted one when none is). None when `model` is no experiment
-        or `requested` names none of its arms."""
-        policy = self.experiment(model)
-        if policy is None:
-            return None
-        if requested:
-            if requested not in policy.arms():
-                return None
-            chosen = requested
+        if policy is not None and arm in policy.arms():
+            known = True
         else:
-            ready = self._ready_arms(model, policy) or frozenset()
-            weighted = [arm for arm, weight in policy.weights if weight > 0]
-            chosen = next((arm for arm in weighted if arm in ready), weighted[0])
-        target, version = arm_target(chosen)
-        return target or model, version
-
-    def experiments(self) -> list[str]:
-        """The called names of every experiment in force, sorted."""
-        return self._policies.experiments()
-
-    def ready_arms(self, model: str) -> frozenset[str]:
-        """The arms of an experiment that some healthy instance serves."""
-        return self._ready_arms(model, self.experiment(model)) or frozenset()
+            known = arm in (ready_arms(self._registry, model, policy) or ())
+        self._metrics.count_route(model, decision, arm if known or not arm else "other")
 
     def _decide_sequence(
         self, model: str, requested: str, context: RequestContext, sequence: SequenceFlags
@@ -333,7 +293,7 @@ class Dispatcher:
             arms = [arm]
         else:
             first = self._start_decision(model, "", context, sequence).arm
-            ready = self._ready_arms(model, self._policies.get(model)) or frozenset()
+            ready = ready_arms(self._registry, model, self._policies.get(model)) or frozenset()
             arms = [first, *sorted(ready - {first}, key=_newest_first, reverse=True)]
         key = placement_key(model, sequence)
         order: list[tuple[str, SidecarClient]] = []

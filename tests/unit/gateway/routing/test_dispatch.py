@@ -845,11 +845,18 @@ async def test_an_experiments_arms_are_ready_as_their_models_are(balancer: Balan
     dispatcher = make_dispatcher(fleet, balancer, metrics, {"exp": EXPERIMENT})
     decisions = {dispatcher.decide("exp", "", RequestContext()) for _ in range(20)}
     assert {(d.model, d.version, d.arm, d.skipped) for d in decisions} == {("a", "1", "a:1", ("b:2",))}
-    assert dispatcher.ready_arms("exp") == frozenset({"a:1"})
-    assert dispatcher.front_arm("exp", "") == ("a", "1")
-    assert dispatcher.front_arm("exp", "b:2") == ("b", "2")
-    assert dispatcher.front_arm("exp", "9") is None
-    assert dispatcher.front_arm("a", "") is None  # no experiment
+    experiments = dispatcher.experiments
+    assert experiments.ready_arms("exp") == frozenset({"a:1"})
+    # The first weighted arm that is ready stands for the called name, or the one asked for.
+    assert experiments.front("exp", "") == ("a", "1")
+    assert experiments.front("exp", "b:2") == ("b", "2")
+    assert experiments.front("a", "") is None  # no experiment
+    with pytest.raises(TurnoutError) as info:
+        experiments.front("exp", "9")
+    assert info.value.status is Status.NOT_FOUND
+    assert info.value.message == "Request for unknown model: 'exp' version 9 is not found"
+    index = experiments.in_index([pb.RepositoryIndexResponse.ModelIndex(name="exp", version="1", state="READY")])
+    assert [(e.name, e.version, e.state) for e in index] == [("exp", "a:1", "READY"), ("exp", "b:2", "UNAVAILABLE")]
     routes = "turnout_gateway_route_decisions_total"
     assert sample(metrics, routes, model="exp", version="a:1", reason="weighted") == 20
 
