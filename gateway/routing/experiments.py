@@ -57,13 +57,16 @@ class Experiments:
     def front(self, model: str, requested: str) -> tuple[str, str] | None:
         """The (model, version) that answers for an experiment's called name: the arm
         `requested` names, else the first weighted arm that is ready (the first weighted
-        one when none is). None for a name that is no experiment; NOT_FOUND, in Triton's
-        words, for a version that is none of its arms."""
+        one when none is). None for a name that is no experiment, and for a version of a
+        called name that is a model too (it answers itself); NOT_FOUND, in Triton's words,
+        for a version that is none of its arms."""
         policy = self.get(model)
         if policy is None:
             return None
         if requested:
             if requested not in policy.arms():
+                if self._registry.replicas(model, ""):
+                    return None
                 raise not_found(f"Request for unknown model: '{model}' version {requested} is not found")
             chosen = requested
         else:
@@ -86,11 +89,14 @@ class Experiments:
         self, models: list[pb.RepositoryIndexResponse.ModelIndex]
     ) -> list[pb.RepositoryIndexResponse.ModelIndex]:
         """A repository index with each experiment's called name listed once per arm, as a
-        model is per version: READY when a replica serves the arm, else UNAVAILABLE."""
+        model is per version: READY when a replica serves the arm, else UNAVAILABLE (a
+        called name that is a model too keeps its own versions' entries)."""
+        listed = {(entry.name, entry.version) for entry in models}
         for name in self._policies.experiments():
             ready = self.ready_arms(name)
-            models = [entry for entry in models if entry.name != name]
             for arm in self.arms(name):
+                if (name, arm) in listed:
+                    continue
                 state, reason = ("READY", "") if arm in ready else ("UNAVAILABLE", NOT_READY)
                 models.append(pb.RepositoryIndexResponse.ModelIndex(name=name, version=arm, state=state, reason=reason))
         return models

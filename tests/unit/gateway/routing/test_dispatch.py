@@ -855,10 +855,29 @@ async def test_an_experiments_arms_are_ready_as_their_models_are(balancer: Balan
         experiments.front("exp", "9")
     assert info.value.status is Status.NOT_FOUND
     assert info.value.message == "Request for unknown model: 'exp' version 9 is not found"
-    index = experiments.in_index([pb.RepositoryIndexResponse.ModelIndex(name="exp", version="1", state="READY")])
-    assert [(e.name, e.version, e.state) for e in index] == [("exp", "a:1", "READY"), ("exp", "b:2", "UNAVAILABLE")]
+    index = experiments.in_index([pb.RepositoryIndexResponse.ModelIndex(name="other", version="1", state="READY")])
+    assert [(e.name, e.version, e.state) for e in index] == [
+        ("other", "1", "READY"),
+        ("exp", "a:1", "READY"),
+        ("exp", "b:2", "UNAVAILABLE"),
+    ]
     routes = "turnout_gateway_route_decisions_total"
     assert sample(metrics, routes, model="exp", version="a:1", reason="weighted") == 20
+
+
+async def test_a_called_name_that_is_a_model_too_keeps_its_own_versions(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    fleet = StandInFleet({StandInReplica("x"): {"a": {"1", "2"}, "b": {"2"}}})
+    dispatcher = make_dispatcher(fleet, balancer, metrics, {"a": {"weights": {"1": 50, "b:2": 50}}})
+    experiments = dispatcher.experiments
+    assert experiments.front("a", "") == ("a", "1")
+    assert experiments.front("a", "b:2") == ("b", "2")
+    assert experiments.front("a", "2") is None  # a's own version 2 answers itself
+    own = [pb.RepositoryIndexResponse.ModelIndex(name="a", version=v, state="READY") for v in ("1", "2")]
+    assert [(e.name, e.version) for e in experiments.in_index(own)] == [("a", "1"), ("a", "2"), ("a", "b:2")]
+    explicit = dispatcher.decide("a", "2", RequestContext())
+    assert (explicit.model, explicit.version, explicit.reason) == ("", "2", Reason.EXPLICIT)
 
 
 async def test_a_sequence_through_an_experiment_keeps_its_arm_and_replica(
