@@ -170,7 +170,12 @@ def _sidecar_tls(settings: GatewaySettings) -> SidecarTls | None:
     """--sidecar-use-ssl and --sidecar-ssl-*: how to reach sidecars over TLS, None for plain."""
     if not settings.sidecar_use_ssl:
         return None
-    return SidecarTls(settings.sidecar_ssl_root_cert, settings.sidecar_ssl_cert, settings.sidecar_ssl_key)
+    return SidecarTls(
+        settings.sidecar_ssl_root_cert,
+        settings.sidecar_ssl_cert,
+        settings.sidecar_ssl_key,
+        settings.sidecar_ssl_server_name,
+    )
 
 
 async def _consul_denies(consul: ConsulClient, settings: GatewaySettings, deadline: float) -> str | None:

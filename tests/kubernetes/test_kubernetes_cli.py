@@ -134,6 +134,19 @@ def test_only_gateways_and_consul_reach_the_sidecars_grpc_and_lane(overlay: str,
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_sidecars_on_pod_addresses_take_mutual_tls_or_the_network_policy_as_their_gate(
+    overlay: str, tmp_path: Path
+) -> None:
+    # A sidecar on 0.0.0.0 without mutual TLS refuses to start unless told the network is
+    # its gate; the NetworkPolicy that makes that true is checked above.
+    assert of_kind(build(overlay), "NetworkPolicy")
+    for sidecar in by_component(overlay, "sidecar"):
+        params, _ = sidecar.parse(tmp_path)
+        assert params["host"] == "0.0.0.0", sidecar.name
+        assert params["grpc_use_ssl_mutual"] or params["allow_unauthenticated_network"], sidecar.name
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_grace_period_covers_the_drain(overlay: str, tmp_path: Path) -> None:
     for container in containers(build(overlay)):
         params, _ = container.parse(tmp_path)
