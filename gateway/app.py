@@ -235,7 +235,7 @@ async def serve(
     metrics_registry = CollectorRegistry()
     metrics = GatewayMetrics(metrics_registry)
     try:
-        policies = PolicyStore(read_routing_file(settings.routing_file) if settings.routing_file else {})
+        file_policies = read_routing_file(settings.routing_file) if settings.routing_file else {}
     except PolicyError as exc:
         print(f"turnout gateway: {settings.routing_file}: {exc}", file=sys.stderr, flush=True)
         return 1
@@ -254,6 +254,11 @@ async def serve(
         return 1
     discovery = ConsulRegistry(consul, settings.consul_service, balancer, metrics, tls) if consul is not None else None
     models: ModelRegistry = discovery if discovery is not None else StaticRegistry(clients)
+
+    def known(model: str) -> bool:
+        return models.owner(model) is not None
+
+    policies = PolicyStore(file_policies, known=known)
     dispatcher = Dispatcher(models, policies, balancer, metrics, rng)
     shared_memory = SharedMemory(settings.allow_client_shm)
     try:
@@ -290,7 +295,6 @@ async def serve(
                 logger.error("%s", denied)
                 return 1
             watches.append(asyncio.create_task(discovery.watch()))
-            watches.append(asyncio.create_task(watch_kv(consul, settings.routing_kv_prefix, policies)))
             if not await discovery.wait_first(max(0.0, deadline - asyncio.get_running_loop().time())):
                 # Nothing to route to without it; once it has answered, its absence is survived.
                 logger.error(
@@ -299,7 +303,16 @@ async def serve(
                     FIRST_DISCOVERY_SECS,
                 )
                 return 1
+            # After the fleet's first answer, so that KV policies' arms are checked against it.
+            watches.append(asyncio.create_task(watch_kv(consul, settings.routing_kv_prefix, policies)))
         await models.refresh()
+        unknown = policies.unknown_file_arms(known)
+        for reason in unknown:
+            logger.error("%s: %s", settings.routing_file, reason)
+        if unknown and consul is None:
+            # Sidecars named on the command line are all known by now; those of a fleet
+            # may still be registering, so there such arms wait (skipped until they serve).
+            return 1
         refused = await gateway.refused_ensembles()
         for name, reason in sorted(refused.items()):
             logger.error("ensemble '%s' cannot be served: %s", name, reason)

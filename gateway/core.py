@@ -21,10 +21,11 @@ from gateway.ensemble import ENSEMBLE_FRAMEWORK, Ensembles
 from gateway.fleet import combine_indexes, combine_statistics, on_replicas
 from gateway.metrics import GatewayMetrics
 from gateway.registry import ModelRegistry
-from gateway.routing.dispatch import Dispatcher, with_version
+from gateway.routing.dispatch import Dispatcher, relabelled, with_model, with_version
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
 from gateway.routing.shadows import ShadowMirror
+from gateway.routing.versions import Reason
 from gateway.settings import GatewaySettings
 from gateway.shm import SharedMemory, uses_shared_memory
 from gateway.tracing.trace import REQUEST_END
@@ -126,6 +127,14 @@ class Gateway:
         return all(answers)
 
     async def model_ready(self, request: pb.ModelReadyRequest) -> bool:
+        experiments = self._dispatcher.experiments
+        if experiments.get(request.name) is not None:
+            # An experiment's called name is as ready as the arm that answers for it.
+            try:
+                served, version = experiments.front(request.name, request.version) or (request.name, "")
+            except TurnoutError:  # a version that is no arm of it
+                return False
+            request = pb.ModelReadyRequest(name=served, version=version)
         client = await self._registry.find(request.name)
         if client is None:
             return False
@@ -144,12 +153,28 @@ class Gateway:
         return self._metadata
 
     async def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
-        client = await self._owner(request.name)
-        return await client.call("ModelMetadata", request, pb.ModelMetadataResponse)
+        front = self._dispatcher.experiments.front(request.name, request.version)
+        if front is None:
+            client = await self._owner(request.name)
+            return await client.call("ModelMetadata", request, pb.ModelMetadataResponse)
+        # An experiment's called name answers with the arm that stands for it.
+        served, version = front
+        client = await self._owner(served)
+        asked = pb.ModelMetadataRequest(name=served, version=version)
+        answer = await client.call("ModelMetadata", asked, pb.ModelMetadataResponse)
+        return self._dispatcher.experiments.as_called(answer, request.name, request.version)
 
     async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
-        client = await self._owner(request.name)
-        return await client.call("ModelConfig", request, pb.ModelConfigResponse)
+        front = self._dispatcher.experiments.front(request.name, request.version)
+        if front is None:
+            client = await self._owner(request.name)
+            return await client.call("ModelConfig", request, pb.ModelConfigResponse)
+        served, version = front
+        client = await self._owner(served)
+        config_request = pb.ModelConfigRequest(name=served, version=version)
+        answer = await client.call("ModelConfig", config_request, pb.ModelConfigResponse)
+        answer.config.name = request.name
+        return answer
 
     # --- inference ----------------------------------------------------------------
 
@@ -176,57 +201,73 @@ class Gateway:
             carry = verbose
         REQUEST_ID.set(request_id)
         trace = context.trace
+        virtual = False  # an experiment's called name that serves nothing itself
         if not self._registry.replicas(model, ""):
-            await self._owner(model)  # an unknown model fails here, before it counts as a request
+            virtual = self._dispatcher.experiments.get(model) is not None
+            if not virtual:
+                await self._owner(model)  # an unknown model fails here, before it counts as a request
         if trace is not None:
             trace.start_request(request.model_version, request.id)
         sequence = sequence_of(request)
         if sequence is not None:
             context = replace(context, sequence=sequence)  # its requests stay on one replica and version
         decision = self._dispatcher.decide(model, request.model_version, context)
-        version = decision.version
+        version, served, arm = decision.version, decision.model, decision.arm
+        if virtual and not served and decision.reason is not Reason.SEQUENCE:  # a version that is no arm
+            raise not_found(f"Request for unknown model: '{model}' version {request.model_version} is not found")
         if verbose:
-            logger.debug("infer model '%s' version '%s' over %s", model, version, protocol)
+            logger.debug("infer model '%s' version '%s' over %s", model, arm, protocol)
         try:
             if encoded is None and codec.is_raw_binary(request):
                 # A raw binary body (HTTP) has no shape: Triton deduces it from the config.
-                answer = await self.model_config(pb.ModelConfigRequest(name=model, version=request.model_version))
+                name, asked = (served, version) if served else (model, request.model_version)
+                answer = await self.model_config(pb.ModelConfigRequest(name=name, version=asked))
                 codec.deduce_raw_input(request, answer.config)
-            if self.ensembles.runs(model):
+            if served:
+                # An experiment's arm of another model answers; dispatch names the called
+                # model and the arm in its response.
+                request.model_name = served
+            if self.ensembles.runs(served or model):
                 response = await self._infer_ensemble(request, version, context)
+                if served:  # an ensemble runs here, not through dispatch
+                    response = relabelled(response, model, arm)
             elif uses_shared_memory(request):
                 if carry:
                     request.parameters[REQUEST_ID_PARAMETER].string_param = request_id
-                response = await self._infer_resolved(request, version, context)
+                response = await self._infer_resolved(request, version, context, model, served)
             else:
                 payload = request.SerializeToString() if encoded is None else encoded
                 if version != request.model_version:
                     payload = with_version(payload, version)
+                if served and encoded is not None:
+                    payload = with_model(payload, served)
                 if carry:
                     payload += request_id_parameter(request_id)
-                response = await self._dispatcher.forward(model, version, payload, context)
-                if decision.shadow:
+                response = await self._dispatcher.forward(model, version, payload, context, served)
+                if decision.shadow_policy is not None:
                     # After the primary answered, so the copy can neither delay nor fail it.
-                    self._shadows.mirror(model, decision.shadow, payload, response)
+                    self._shadows.mirror(model, decision.shadow_policy, payload, response)
         except TurnoutError as exc:
             self._metrics.count_request(model, protocol, False)
-            self._metrics.observe_request(model, version or "default", protocol, time.perf_counter() - started)
+            self._metrics.observe_request(model, arm or "default", protocol, time.perf_counter() - started)
             logger.info("infer failed: %s", exc.message)
             raise
         finally:
             if trace is not None:
                 trace.stamp(REQUEST_END)
         self._metrics.count_request(model, protocol, True)
-        self._metrics.observe_request(model, version or "default", protocol, time.perf_counter() - started)
+        self._metrics.observe_request(model, arm or "default", protocol, time.perf_counter() - started)
         if verbose:
             logger.debug("infer answered in %d us", (time.perf_counter() - started) * 1e6)
         return response
 
-    async def _infer_resolved(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:
+    async def _infer_resolved(
+        self, request: pb.ModelInferRequest, version: str, context: RequestContext, model: str, served: str
+    ) -> bytes:
         """Infer with shared-memory tensors resolved: input regions become raw contents,
         output regions receive the raw outputs, which leave the response empty."""
         forward, targets = self._shm.resolve_request(request, version)
-        encoded = await self._dispatcher.forward(request.model_name, version, forward.SerializeToString(), context)
+        encoded = await self._dispatcher.forward(model, version, forward.SerializeToString(), context, served)
         return self._shm.write_outputs(encoded, targets)
 
     async def _infer_ensemble(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:
@@ -290,6 +331,7 @@ class Gateway:
             return client.framework, answer.models
 
         models = combine_indexes(await self._all(listing))
+        models = self._dispatcher.experiments.in_index(models)  # a called name lists its arms
         models.sort(key=lambda m: m.name)  # stable: each model's versions keep their order
         for entry in models:
             if entry.state == "READY" and self.ensembles.runs(entry.name):

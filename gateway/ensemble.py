@@ -245,7 +245,12 @@ class Ensembles:
             asked = wanted.get(output_tensor)
             if asked is not None and CLASSIFICATION in asked.parameters:
                 output.parameters[CLASSIFICATION].CopyFrom(asked.parameters[CLASSIFICATION])
-        version = step.version or self._dispatcher.decide(step.model, "", context).version
+        if not step.version:
+            decision = self._dispatcher.decide(step.model, "", context)
+            # A step names a model that serves: an experiment's arms of other models are for clients.
+            version = "" if decision.model else decision.version
+        else:
+            version = step.version
         forward.model_version = version
         try:
             if context.trace is None:

@@ -1,8 +1,10 @@
 """The gateway's own Prometheus metrics, kept in a registry the composition root owns.
 
 The gateway counts the requests it routes, per model, protocol and outcome, times them
-per model, version and protocol, and counts routing decisions, shadows, failovers and
-ejections. `gateway.metrics_port` serves them with the fleet's Triton metrics.
+per model, version and protocol, and counts routing decisions, shadows (with the largest
+output difference seen), failovers and ejections. In an experiment across models the
+"version" label is the arm (`resnet_trt:1`) and "model" the called name.
+`gateway.metrics_port` serves them with the fleet's Triton metrics.
 """
 
 from __future__ import annotations
@@ -70,6 +72,14 @@ class GatewayMetrics:
             ["model", "version"],
             registry=registry,
         )
+        # Shadow comparison with tolerance: the largest |shadow - primary| seen, per arm and output.
+        self._shadow_difference = Gauge(
+            "turnout_gateway_shadow_max_difference",
+            "Largest absolute difference between a shadow's numeric output and the primary's, by model, arm and output",
+            ["model", "version", "output"],
+            registry=registry,
+        )
+        self._shadow_difference_seen: dict[tuple[str, str, str], float] = {}
         self._failovers = Counter(
             "turnout_gateway_failovers",
             "Requests that could not reach a replica: retried on another, or out of replicas/time",
@@ -120,6 +130,12 @@ class GatewayMetrics:
 
     def observe_shadow_latency(self, model: str, version: str, seconds: float) -> None:
         self._shadow_latency.labels(model, version).observe(seconds)
+
+    def observe_shadow_difference(self, model: str, version: str, output: str, difference: float) -> None:
+        key = (model, version, output)
+        if difference > self._shadow_difference_seen.get(key, -1.0):
+            self._shadow_difference_seen[key] = difference
+            self._shadow_difference.labels(*key).set(difference)
 
     def count_failover(self, model: str, outcome: str) -> None:
         self._failovers.labels(model, outcome).inc()

@@ -107,7 +107,11 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
             "--routing",
             type=click.Path(exists=True, dir_okay=False),
             default=None,
-            help="YAML routing policies: models: {<model>: {weights: {'1': 90, '2': 10}, sticky_header: x-user}}.",
+            help=(
+                "YAML routing policies: models: {<model>: {weights: {'1': 90, '2': 10}, sticky_header: x-user}}; "
+                "weights may name other models' arms ('other:1'), shadow: {version, fraction, rtol, atol} "
+                "(docs/deploy.md)."
+            ),
         ),
         click.option("--routing-seed", type=int, default=None, help="Seed for weighted draws (replayable runs)."),
         click.option(

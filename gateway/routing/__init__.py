@@ -4,13 +4,16 @@
   a replica (or `sequences` for where its sequence is), and fails over to another replica
   when one cannot be reached.
 - `versions`: version choice: a model's policy (weights, sticky header, shadow), weighted
-  draws and sticky keys by weighted rendezvous hashing.
+  draws and sticky keys by weighted rendezvous hashing. An arm is a version, or another
+  model's version in an experiment (`resnet_trt:1`), answered under the called name.
+- `experiments`: names whose arms are other models, and what such a called name answers
+  besides inferences (ready arms; the arm that stands for it in metadata and the index).
 - `replicas`: replica choice: power of two choices on outstanding requests, ejection of a
   failed replica until a probe finds it ready.
 - `sequences`: placement of stateful sequences: the replica order a sequence id gives,
   alike on every gateway, and pins (a cache) of where this gateway's sequences went.
-- `shadows`: copies of requests sent through `dispatch` to a candidate version after the
-  primary answered (`core.Gateway` hands them over).
+- `shadows`: copies of requests sent through `dispatch` to a candidate arm after the
+  primary answered (`core.Gateway` hands them over), compared within a tolerance.
 - `policy_sources`: where policies come from (a YAML file, a Consul KV prefix) and the
   store that holds the ones in force.
 

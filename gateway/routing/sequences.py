@@ -68,6 +68,7 @@ class Pin:
     version: str  # "" only when no READY version was known at START
     replica: SidecarClient
     expires: float  # time.monotonic()
+    model: str = ""  # the model serving it when an experiment's arm of another model does
 
 
 class SequencePins:
@@ -92,20 +93,22 @@ class SequencePins:
         if pin.expires <= now:
             del self._pins[key]
             return None
-        pin.expires = now + self._lifetime(model)
+        pin.expires = now + self._lifetime(pin.model or model)
         self._pins.move_to_end(key)
         return pin
 
-    def bind(self, model: str, sequence: SequenceFlags, version: str, replica: SidecarClient) -> None:
+    def bind(self, model: str, sequence: SequenceFlags, version: str, replica: SidecarClient, served: str = "") -> None:
         """Pin a starting sequence (again, when its START fails over to another replica),
-        or one whose later request found it where this gateway had no pin."""
+        or one whose later request found it where this gateway had no pin; `served`: the
+        model that serves it, when not `model` itself (an experiment's arm)."""
         self._drop_expired()
         key = (model, sequence.id)
-        self._pins[key] = Pin(version, replica, self._clock() + self._lifetime(model))
+        idle_of = served or model  # the idle time is the serving model's
+        self._pins[key] = Pin(version, replica, self._clock() + self._lifetime(idle_of), served)
         self._pins.move_to_end(key)
-        if model not in self._idle_secs and model not in self._lookups:
-            task = asyncio.get_running_loop().create_task(self._learn_idle(model, version, replica))
-            self._lookups[model] = task
+        if idle_of not in self._idle_secs and idle_of not in self._lookups:
+            task = asyncio.get_running_loop().create_task(self._learn_idle(idle_of, version, replica))
+            self._lookups[idle_of] = task
 
     def end(self, model: str, sequence: SequenceFlags) -> None:
         self._pins.pop((model, sequence.id), None)

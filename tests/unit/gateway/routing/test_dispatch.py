@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 
 from gateway.context import RequestContext
 from gateway.metrics import GatewayMetrics
-from gateway.routing.dispatch import DEFAULT_BUDGET_SECS, Dispatcher, with_version
+from gateway.routing.dispatch import DEFAULT_BUDGET_SECS, Dispatcher, relabelled, with_model, with_version
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
 from gateway.routing.sequences import DEFAULT_IDLE_SECS, PIN_GRACE_SECS, in_rendezvous_order, placement_key
@@ -833,3 +833,113 @@ async def test_the_idle_time_is_learned_again_after_a_load_or_unload(
     first = await start_behind(dispatcher, 9, a, b)
     clock.advance(0.2 + PIN_GRACE_SECS)
     assert not await follows_pin(dispatcher, 9, first)
+
+
+# --- experiments across models -------------------------------------------------------
+
+EXPERIMENT = {"weights": {"a:1": 50, "b:2": 50}, "shadow": {"version": "c:1"}}
+
+
+async def test_an_experiments_arms_are_ready_as_their_models_are(balancer: Balancer, metrics: GatewayMetrics) -> None:
+    fleet = StandInFleet({StandInReplica("x"): {"a": {"1"}, "b": {"1"}}})  # b has no version 2
+    dispatcher = make_dispatcher(fleet, balancer, metrics, {"exp": EXPERIMENT})
+    decisions = {dispatcher.decide("exp", "", RequestContext()) for _ in range(20)}
+    assert {(d.model, d.version, d.arm, d.skipped) for d in decisions} == {("a", "1", "a:1", ("b:2",))}
+    experiments = dispatcher.experiments
+    assert experiments.ready_arms("exp") == frozenset({"a:1"})
+    # The first weighted arm that is ready stands for the called name, or the one asked for.
+    assert experiments.front("exp", "") == ("a", "1")
+    assert experiments.front("exp", "b:2") == ("b", "2")
+    assert experiments.front("a", "") is None  # no experiment
+    with pytest.raises(TurnoutError) as info:
+        experiments.front("exp", "9")
+    assert info.value.status is Status.NOT_FOUND
+    assert info.value.message == "Request for unknown model: 'exp' version 9 is not found"
+    index = experiments.in_index([pb.RepositoryIndexResponse.ModelIndex(name="other", version="1", state="READY")])
+    assert [(e.name, e.version, e.state) for e in index] == [
+        ("other", "1", "READY"),
+        ("exp", "a:1", "READY"),
+        ("exp", "b:2", "UNAVAILABLE"),
+    ]
+    routes = "turnout_gateway_route_decisions_total"
+    assert sample(metrics, routes, model="exp", version="a:1", reason="weighted") == 20
+
+
+async def test_a_called_name_that_is_a_model_too_keeps_its_own_versions(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    fleet = StandInFleet({StandInReplica("x"): {"a": {"1", "2"}, "b": {"2"}}})
+    dispatcher = make_dispatcher(fleet, balancer, metrics, {"a": {"weights": {"1": 50, "b:2": 50}}})
+    experiments = dispatcher.experiments
+    assert experiments.front("a", "") == ("a", "1")
+    assert experiments.front("a", "b:2") == ("b", "2")
+    assert experiments.front("a", "2") is None  # a's own version 2 answers itself
+    own = [pb.RepositoryIndexResponse.ModelIndex(name="a", version=v, state="READY") for v in ("1", "2")]
+    assert [(e.name, e.version) for e in experiments.in_index(own)] == [("a", "1"), ("a", "2"), ("a", "b:2")]
+    explicit = dispatcher.decide("a", "2", RequestContext())
+    assert (explicit.model, explicit.version, explicit.reason) == ("", "2", Reason.EXPLICIT)
+
+
+async def test_a_sequence_through_an_experiment_keeps_its_arm_and_replica(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    x, y = StandInReplica("x"), StandInReplica("y")
+    fleet = StandInFleet({x: {"a": {"1"}}, y: {"a": {"1"}, "b": {"2"}}})
+    dispatcher = make_dispatcher(fleet, balancer, metrics, {"exp": EXPERIMENT})
+    start = dispatcher.decide("exp", "", in_sequence(7, start=True))
+    assert start.shadow == "" and start.arm in ("a:1", "b:2")
+    first = await dispatcher.send("exp", start.version, PAYLOAD, in_sequence(7, start=True), start.model)
+    # The answer names the called model and the arm.
+    assert first.endswith(relabelled(b"", "exp", start.arm))
+    served = x if first.startswith(b"x") else y
+    for _ in range(10):
+        later = dispatcher.decide("exp", "", in_sequence(7))
+        assert (later.version, later.model, later.reason) == ("", "", Reason.SEQUENCE)
+        assert await dispatcher.send("exp", "", PAYLOAD, in_sequence(7)) == first
+    # Its later requests reach the arm's model and version (gateway.core aims the START itself).
+    sent = [pb.ModelInferRequest.FromString(each) for each in served.received[1:]]
+    assert {(request.model_name, request.model_version) for request in sent} == {(start.model, start.version)}
+    routes = "turnout_gateway_route_decisions_total"
+    assert sample(metrics, routes, model="exp", version=start.arm, reason="sequence") == 10
+    await let_background_tasks_run()
+    # The idle time is asked of the model that serves the sequence.
+    assert [request.name for request in served.config_requests] == [start.model]
+
+
+async def test_a_later_request_another_gateway_started_finds_its_arm(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    """Two dispatchers stand for two gateways: the second never saw the START, and asks
+    the replicas of the arm a START would get, in the sequence's order, first."""
+    x, y = SequenceHoldingReplica("x"), SequenceHoldingReplica("y")
+    fleet = StandInFleet({x: {"a": {"1"}, "b": {"2"}}, y: {"a": {"1"}, "b": {"2"}}})
+    first_gateway = make_dispatcher(fleet, balancer, metrics, {"exp": EXPERIMENT})
+    second_gateway = make_dispatcher(fleet, balancer, metrics, {"exp": EXPERIMENT})
+    for sequence_id in range(1, 9):
+        start = first_gateway.decide("exp", "", in_sequence(sequence_id, start=True))
+        # As gateway.core sends a START to an arm: the arm's model and version set in the payload.
+        payload = with_model(with_version(sequence_payload(sequence_id, start=True), start.version), start.model)
+        started = await first_gateway.send(
+            "exp", start.version, payload, in_sequence(sequence_id, start=True), start.model
+        )
+        later = sequence_payload(sequence_id)
+        assert await second_gateway.send("exp", "", later, in_sequence(sequence_id)) == started
+    assert {version for replica in (x, y) for version, _ in replica.held} == {"1", "2"}  # both arms took some
+    await let_background_tasks_run()
+
+
+async def test_a_shadow_to_another_models_arm_names_that_model(balancer: Balancer, metrics: GatewayMetrics) -> None:
+    candidate = StandInReplica("candidate")
+    dispatcher = make_dispatcher(StandInFleet({candidate: {"c": {"1"}}}), balancer, metrics)
+    assert await dispatcher.send_shadow("exp", "c:1", PAYLOAD) == b"candidate"
+    (sent,) = candidate.received
+    assert (pb.ModelInferRequest.FromString(sent).model_name, pb.ModelInferRequest.FromString(sent).model_version) == (
+        "c",
+        "1",
+    )
+
+
+def test_relabelled_names_the_called_model_and_the_arm() -> None:
+    answer = pb.ModelInferResponse(model_name="a", model_version="1", id="r").SerializeToString()
+    back = pb.ModelInferResponse.FromString(relabelled(answer, "exp", "a:1"))
+    assert (back.model_name, back.model_version, back.id) == ("exp", "a:1", "r")

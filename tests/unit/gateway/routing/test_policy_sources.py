@@ -187,6 +187,43 @@ def test_changes_are_logged_once_and_an_unchanged_listing_is_quiet(caplog: pytes
     assert [r.getMessage() for r in caplog.records] == ["routing policy for model 'simple' removed from consul"]
 
 
+# --- experiments across models ------------------------------------------------------
+
+FLEET = {"simple", "other", "resnet_onnx", "resnet_trt"}
+
+
+def test_a_kv_experiment_naming_a_model_the_fleet_does_not_know_is_rejected(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger=LOGGER)
+    store = PolicyStore(known=FLEET.__contains__)
+    good = {"weights": {"resnet_onnx:3": 90, "resnet_trt:1": 10}}
+    store.apply_kv(PREFIX, [entry("resnet", good)])
+    store.apply_kv(PREFIX, [entry("resnet", {"weights": {"resnet_onnx:3": 1, "resnet_tvm": 1}})])
+    assert store.get("resnet") == parse_policy("resnet", good)
+    assert store.experiments() == ["resnet"]
+    (record,) = caplog.records
+    assert record.getMessage().endswith("arm 'resnet_tvm' of model 'resnet' names unknown model 'resnet_tvm'")
+
+
+def test_a_kv_policy_that_would_chain_experiments_is_rejected_and_the_others_stand() -> None:
+    store = PolicyStore(known=FLEET.__contains__)
+    experiment = {"weights": {"resnet_onnx:3": 1}}
+    store.apply_kv(PREFIX, [entry("resnet", experiment)])
+    # resnet_onnx may not become an experiment while resnet has an arm of it.
+    store.apply_kv(PREFIX, [entry("resnet", experiment), entry("resnet_onnx", {"weights": {"resnet_trt:1": 1}})])
+    assert store.get("resnet_onnx") is None
+    # Once resnet's key is gone, it may.
+    store.apply_kv(PREFIX, [entry("resnet_onnx", {"weights": {"resnet_trt:1": 1}})])
+    assert store.get("resnet_onnx") == parse_policy("resnet_onnx", {"weights": {"resnet_trt:1": 1}})
+    assert store.get("resnet") is None
+
+
+def test_the_files_arms_of_unknown_models_are_reported() -> None:
+    file_policies = {"resnet": parse_policy("resnet", {"weights": {"resnet_onnx:3": 1, "gone": 1}})}
+    assert PolicyStore(file_policies).unknown_file_arms(FLEET.__contains__) == [
+        "arm 'gone' of model 'resnet' names unknown model 'gone'"
+    ]
+
+
 # --- the routing file ----------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from gateway.routing.versions import (
     Reason,
     Shadow,
     VersionChooser,
+    arm_target,
     parse_policies,
     parse_policy,
     sticky_score,
@@ -79,14 +80,35 @@ def test_a_zero_weight_is_accepted_beside_a_positive_one() -> None:
         ({"weights": {"1": "90"}}, "weight of version '1' of model 'm' must be a number >= 0"),
         ({"weights": {"1": float("inf")}}, "weight of version '1' of model 'm' must be a number >= 0"),
         ({"weights": {"1": float("nan")}}, "weight of version '1' of model 'm' must be a number >= 0"),
-        ({"weights": {"one": 1}}, "version 'one' is not a positive integer"),
+        ({"weights": {"m": 1}}, "arm 'm' of model 'm' names the model itself; name one of its versions"),
+        ({"weights": {"a b:1": 1}}, "arm 'a b:1' of model 'm' does not name a model"),
+        ({"weights": {"x/y": 1}}, "arm 'x/y' of model 'm' does not name a model"),
+        ({"weights": {"other:0": 1}}, "version '0' is not a positive integer"),
+        ({"weights": {"m:2": 1, "2": 1}}, "arm '2' of model 'm' is weighted twice"),
         ({"weights": {"0": 1}}, "version '0' is not a positive integer"),
         ({"weights": {"-1": 1}}, "version '-1' is not a positive integer"),
         ({"weights": {"1": 0, "2": 0}}, "weights of model 'm' must not all be zero"),
         ({"weights": {"1": 1}, "sticky_header": 5}, "sticky_header of model 'm' must be a string"),
         ({"weights": {"1": 1}, "shadow": "2"}, "shadow of model 'm' must be a mapping with a 'version'"),
         ({"weights": {"1": 1}, "shadow": {"fraction": 0.5}}, "shadow of model 'm' must be a mapping with a 'version'"),
-        ({"weights": {"1": 1}, "shadow": {"version": "x"}}, "version 'x' is not a positive integer"),
+        ({"weights": {"1": 1}, "shadow": {"version": "0"}}, "version '0' is not a positive integer"),
+        (
+            {"weights": {"1": 1}, "shadow": {"version": "2", "rtol": -1}},
+            "shadow rtol of model 'm' must be a finite number >= 0",
+        ),
+        (
+            {"weights": {"1": 1}, "shadow": {"version": "2", "atol": float("nan")}},
+            "shadow atol of model 'm' must be a finite number >= 0",
+        ),
+        (
+            {"weights": {"1": 1}, "shadow": {"version": "2", "outputs": {"OUT": {"rtol": "x"}}}},
+            "shadow rtol of output 'OUT' of model 'm' must be a finite number >= 0",
+        ),
+        (
+            {"weights": {"1": 1}, "shadow": {"version": "2", "outputs": {"OUT": {"tol": 1}}}},
+            "shadow output 'OUT' of model 'm' takes only 'rtol' and 'atol'",
+        ),
+        ({"weights": {"1": 1}, "shadow": {"version": "2", "rtl": 1}}, "shadow of model 'm' has unknown keys ['rtl']"),
         (
             {"weights": {"1": 1}, "shadow": {"version": "2", "fraction": 1.5}},
             "shadow fraction of model 'm' must be between 0 and 1",
@@ -288,3 +310,78 @@ def test_a_request_is_never_shadowed_to_the_version_that_serves_it(rng: random.R
     assert {(d.version, d.shadow) for d in decisions} == {("1", "2"), ("2", "")}
     assert chooser.choose(model_policy, "2", {}, None).shadow == ""
     assert chooser.choose(model_policy, "1", {}, None).shadow == "2"
+
+
+# --- arms of other models (experiments) -----------------------------------------------
+
+
+def test_arms_of_other_models_keep_their_order_and_spelling() -> None:
+    parsed = policy({"resnet_onnx:03": 90, " resnet_trt ": 10, "m:2": 0})
+    assert parsed.weights == (("resnet_onnx:3", 90.0), ("resnet_trt", 10.0), ("2", 0.0))
+    assert parsed.routes_elsewhere and not policy({"1": 1, "m:2": 1}).routes_elsewhere
+    assert arm_target("resnet_onnx:3") == ("resnet_onnx", "3")
+    assert arm_target("resnet_trt") == ("resnet_trt", "")
+    assert arm_target("7") == ("", "7")
+    assert arm_target("odd:name") == ("odd:name", "")
+    assert policy({"1": 1}, shadow={"version": "other:4"}).arms() == ("1", "other:4")
+
+
+def test_a_decision_for_an_arm_of_another_model_names_that_model(rng: random.Random) -> None:
+    chooser = VersionChooser(rng)
+    experiment = policy({"a:3": 50, "b": 50}, shadow={"version": "c:1"})
+    decisions = {chooser.choose(experiment, "", {}, None) for _ in range(200)}
+    assert {(d.model, d.version, d.arm, d.shadow) for d in decisions} == {
+        ("a", "3", "a:3", "c:1"),
+        ("b", "", "b", "c:1"),
+    }
+    explicit = chooser.choose(experiment, "b", {}, None)
+    assert (explicit.model, explicit.arm, explicit.reason) == ("b", "b", Reason.EXPLICIT)
+    # A version that is no arm stays the called model's; a client may not reach other models so.
+    assert chooser.choose(experiment, "z:1", {}, None) == Decision("z:1", Reason.EXPLICIT, shadow="c:1")
+
+
+def test_arms_without_a_ready_replica_are_skipped_and_the_first_answers_when_none_is(rng: random.Random) -> None:
+    chooser = VersionChooser(rng)
+    experiment = policy({"a:3": 50, "b": 50})
+    assert {chooser.choose(experiment, "", {}, frozenset({"b"})).arm for _ in range(50)} == {"b"}
+    nothing = chooser.choose(experiment, "", {}, frozenset())
+    assert (nothing.arm, nothing.reason, nothing.skipped) == ("a:3", Reason.DEFAULT, ("a:3", "b"))
+
+
+def test_sticky_keys_choose_among_arms_of_other_models_alike(rng: random.Random) -> None:
+    chooser = VersionChooser(rng)
+    experiment = sticky({"a:1": 90, "b:1": 10})
+    first = [chooser.choose(experiment, "", {"x-user": key}, None).arm for key in KEYS]
+    assert first == [chooser.choose(experiment, "", {"x-user": key}, None).arm for key in KEYS]
+    assert abs(first.count("b:1") / len(KEYS) - 0.1) < 0.02
+
+
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [
+        (
+            {"a": {"weights": {"b:1": 1}}, "b": {"weights": {"c:1": 1}}},
+            "arm 'b:1' of model 'a' names model 'b', which routes to other models (a chain); "
+            "arms must name models that serve",
+        ),
+        (
+            {"a": {"weights": {"1": 1, "b:1": 1}}, "b": {"weights": {"a:1": 1}}},
+            "arm 'b:1' of model 'a' names model 'b', which routes to other models "
+            "(a cycle: 'a' -> 'b' -> 'a'); arms must name models that serve",
+        ),
+        (
+            {"a": {"weights": {"1": 1}, "shadow": {"version": "b"}}, "b": {"weights": {"c": 1}}},
+            "arm 'b' of model 'a' names model 'b', which routes to other models (a chain); "
+            "arms must name models that serve",
+        ),
+    ],
+)
+def test_arms_naming_another_experiment_are_rejected(models: dict[str, object], message: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        parse_policies({"models": models})
+    assert str(info.value) == message
+
+
+def test_arms_naming_a_model_with_versions_only_are_accepted() -> None:
+    parsed = parse_policies({"models": {"a": {"weights": {"b:1": 1}}, "b": {"weights": {"1": 1, "2": 1}}}})
+    assert parsed["a"].weights == (("b:1", 1.0),)
