@@ -239,7 +239,7 @@ async def serve(
         print(f"turnout gateway: {exc}", file=sys.stderr, flush=True)
         return 1
     discovery = ConsulRegistry(consul, settings.consul_service, balancer, metrics, tls) if consul is not None else None
-    models: ModelRegistry = discovery if discovery is not None else StaticRegistry(clients)
+    models: ModelRegistry = discovery if discovery is not None else StaticRegistry(clients, metrics=metrics)
     dispatcher = Dispatcher(models, policies, balancer, metrics, rng)
     shared_memory = SharedMemory(settings.allow_client_shm)
     try:
@@ -262,22 +262,22 @@ async def serve(
     metrics_server: MetricsServer | None = None
     fleet = FleetMetrics(lambda: models.sidecars, ensembles=gateway.ensembles.statistics)
     try:
-        if consul is not None and discovery is not None:
-            # One start-up allowance for both: the ACL check, then the first answer.
-            deadline = asyncio.get_running_loop().time() + FIRST_DISCOVERY_SECS
+        # One start-up allowance for both: the ACL check, then the first answer.
+        deadline = asyncio.get_running_loop().time() + FIRST_DISCOVERY_SECS
+        if consul is not None:
             if (denied := await _consul_denies(consul, settings, deadline)) is not None:
                 logger.error("%s", denied)
                 return 1
-            watches.append(asyncio.create_task(discovery.watch()))
             watches.append(asyncio.create_task(watch_kv(consul, settings.routing_kv_prefix, policies)))
-            if not await discovery.wait_first(max(0.0, deadline - asyncio.get_running_loop().time())):
-                # Nothing to route to without it; once it has answered, its absence is survived.
-                logger.error(
-                    "cannot reach the Consul agent at %s (--consul): no answer in %.0f s",
-                    settings.consul,
-                    FIRST_DISCOVERY_SECS,
-                )
-                return 1
+        watches.append(asyncio.create_task(models.watch()))
+        if not await models.wait_first(max(0.0, deadline - asyncio.get_running_loop().time())) and consul:
+            # Serve anyway: live, but not ready until Consul answers (the watch keeps
+            # asking); once it has answered, its absence is survived on the last fleet.
+            logger.error(
+                "cannot reach the Consul agent at %s (--consul): no answer in %.0f s; not ready until it answers",
+                settings.consul,
+                FIRST_DISCOVERY_SECS,
+            )
         await models.refresh()
         refused = await gateway.refused_ensembles()
         for name, reason in sorted(refused.items()):

@@ -168,15 +168,19 @@ class SidecarClient:
             raise unavailable(f"unexpected response type from sidecar {self.address}")
         return response
 
-    async def server_ready(self) -> bool:
-        """The sidecar's own readiness; False when it cannot be reached in time."""
+    async def readiness(self) -> bool | None:
+        """The sidecar's own readiness; None when it cannot be reached in time."""
         try:
             response = await self.call(
                 "ServerReady", pb.ServerReadyRequest(), pb.ServerReadyResponse, timeout=READY_TIMEOUT_SECS
             )
         except TurnoutError:
-            return False
+            return None
         return bool(response.ready)
+
+    async def server_ready(self) -> bool:
+        """The sidecar's own readiness; False when it cannot be reached in time."""
+        return bool(await self.readiness())
 
     async def repository_index(self) -> pb.RepositoryIndexResponse:
         return await self.call("RepositoryIndex", pb.RepositoryIndexRequest(), pb.RepositoryIndexResponse)
