@@ -7,7 +7,8 @@ recover (from the fault, or its end, to the first success of a request sent afte
 Scenarios: a sidecar killed (SIGKILL; `turnout up` restarts it), a sidecar frozen
 (SIGSTOP for 2 s, then SIGCONT), an overload burst beyond --sidecar-max-inflight; then,
 with Consul (bench/fleet.py), two replicas behind a gateway: one killed, one drained,
-Consul stopped and restarted, and a version rollout by KV weights.
+Consul stopped and restarted, a version rollout by KV weights, and one replica that
+failed to load the model under load (the gateway routes to the other and stays ready).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -165,6 +167,18 @@ def main() -> None:
                 name, (model, fault) = list(running.faults().items())[index]
                 tally, since = asyncio.run(drive(running.address, model, args.concurrency, args.seconds, fault))
                 rows.append((name, tally, tally.recovery(since)))
+        if consul:
+            # The second replica's copy of `simple` is not a model: its load fails there.
+            broken = Path(folder) / "broken"
+            shutil.copytree(repository, broken)
+            (broken / "simple" / "1" / "model.onnx").write_bytes(b"not an onnx model")
+            with fleet(consul, repository, broken) as running:
+
+                async def steady() -> float | None:
+                    return None
+
+                tally, _ = asyncio.run(drive(running.address, "simple", args.concurrency, args.seconds, steady))
+                rows.append(("fleet: a replica failing one model", tally, None))
 
     print(f"{'scenario':<38} {'sent':>7} {'succeeded':>9} {'rejected':>8} {'lost':>5} {'recovery s':>10}")
     for name, tally, recovery in rows:
