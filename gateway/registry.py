@@ -215,8 +215,10 @@ class StaticRegistry:
             self._health = health
             self._first.set()
             if back:
-                with contextlib.suppress(TurnoutError):
+                try:
                     await self.refresh()
+                except Exception:  # the next round tries again; the watch must outlive it
+                    logger.warning("could not read the sidecars' indexes again", exc_info=True)
             await asyncio.sleep(READY_POLL_SECS)
 
     async def wait_first(self, timeout: float) -> bool:
