@@ -33,8 +33,8 @@ run: $(SERVE)
 	$(VENV)/bin/turnout up --model-repository $(REPO) --host $(HOST) \
 	    --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
-# Everything the tests need: the frameworks (torch's CPU build), the test tools, Consul
-# and docker-compose. A tool the platform cannot provide leaves its tests skipped, each
+# Everything the tests need: the frameworks (torch's CPU build), the test tools (kubectl
+# among them), Consul and docker-compose. A tool the platform cannot provide leaves its tests skipped, each
 # saying why and how to install it.
 setup: $(FULL) consul prometheus tools
 
@@ -62,10 +62,15 @@ prometheus: .tools/prometheus/usr/bin/prometheus
 
 # The compose tests validate compose/ with Debian's docker-compose. Installed only when
 # missing, and only where apt-get runs as root; elsewhere those tests skip and say why.
+# The Kubernetes tests build deploy/kubernetes/ with kubectl 1.21 or newer: the test extra
+# installs it into the venv on Linux (Debian's kubernetes-client, 1.20, is too old for
+# kustomize components); elsewhere one on PATH serves, or those tests skip and say why.
 tools:
 	@command -v docker-compose >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	    && apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -qq install -y docker-compose >/dev/null; } \
 	    || echo "make tools: no docker-compose (needs apt-get as root); the compose config tests will skip" >&2
+	@[ -x $(VENV)/bin/kubectl ] || command -v kubectl >/dev/null \
+	    || echo "make tools: no kubectl (put kubectl 1.21 or newer on PATH); the Kubernetes manifest tests will skip" >&2
 
 test: setup
 	$(PY) -m pytest

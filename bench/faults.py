@@ -8,13 +8,18 @@ Scenarios: a sidecar killed (SIGKILL; `turnout up` restarts it), a sidecar froze
 (SIGSTOP for 2 s, then SIGCONT), an overload burst beyond --sidecar-max-inflight; then,
 with Consul (bench/fleet.py), two replicas behind a gateway: one killed, one drained,
 Consul stopped and restarted, a version rollout by KV weights, and one replica that
-failed to load the model under load (the gateway routes to the other and stays ready).
+failed to load the model under load (the gateway routes to the other and stays ready);
+and two replicas of a stateful model behind two gateways, with each sequence's requests
+alternating between the gateways, while one replica is killed. There a request answered
+with a wrong running sum counts as lost, and a sequence that got an error starts afresh
+under a new id.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import shutil
 import signal
@@ -31,12 +36,15 @@ import numpy as np
 import tritonclient.grpc.aio as grpcaio
 from tritonclient.utils import InferenceServerException
 
-from bench.fleet import fleet
-from scripts.make_models import write_linear, write_simple
+from bench.fleet import SEQUENCE_MODEL, fleet, sequence_fleet
+from scripts.make_models import write_linear, write_sequence, write_simple
 from tests.fleet.fleet_harness import consul_binary
 from tests.harness import live_children, turnout_up
 
 CLIENT_TIMEOUT_S = 10.0
+SEQUENCE_STEPS = 8
+# No sequence may idle out while the load runs: a minute before a slot is freed.
+LONG_IDLE = "max_sequence_idle_microseconds: 60000000"
 
 
 @dataclass
@@ -94,13 +102,7 @@ async def drive(
                     result = await client.infer(model, inputs, client_timeout=CLIENT_TIMEOUT_S)
                     assert correct(result)
                 except InferenceServerException as exc:
-                    status, message = str(exc.status()), exc.message() or ""
-                    key = f"{status.rpartition('.')[2]}: {message[:60]}"
-                    tally.errors[key] = tally.errors.get(key, 0) + 1
-                    if status.endswith("DEADLINE_EXCEEDED") or not message:
-                        tally.lost += 1
-                    else:
-                        tally.rejected += 1
+                    if count_error(tally, exc):
                         await asyncio.sleep(0.01)  # a rejected client backs off a little
                 else:
                     tally.succeeded += 1
@@ -109,6 +111,65 @@ async def drive(
         workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
         since = await fault()
         await asyncio.gather(*workers)
+    return tally, since
+
+
+def count_error(tally: Tally, exc: InferenceServerException) -> bool:
+    """Count a failed request in `tally`: True when it was refused with a clear error."""
+    status, message = str(exc.status()), exc.message() or ""
+    key = f"{status.rpartition('.')[2]}: {message[:60]}"
+    tally.errors[key] = tally.errors.get(key, 0) + 1
+    if status.endswith("DEADLINE_EXCEEDED") or not message:
+        tally.lost += 1
+        return False
+    tally.rejected += 1
+    return True
+
+
+async def drive_sequences(
+    addresses: list[str], concurrency: int, seconds: float, fault: Callable[[], Awaitable[float | None]]
+) -> tuple[Tally, float | None]:
+    """`concurrency` workers run sequences of SEQUENCE_STEPS requests to SEQUENCE_MODEL,
+    each request through the next of `addresses` (the gateways) in turn, checking every
+    running sum; an error ends the sequence and the worker starts another."""
+    tally = Tally()
+    stop = time.monotonic() + seconds
+    tensor = grpcaio.InferInput("INPUT", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.full([1, 1], 3, dtype=np.int32))
+    clients = [grpcaio.InferenceServerClient(address) for address in addresses]
+
+    async def worker(index: int) -> None:
+        for number in itertools.count(1):
+            sequence_id = index * 1_000_000 + number
+            for step in range(SEQUENCE_STEPS):
+                if time.monotonic() >= stop:
+                    return
+                tally.sent += 1
+                sent = time.monotonic()
+                flags = {"sequence_start": step == 0, "sequence_end": step == SEQUENCE_STEPS - 1}
+                client = clients[(index + step) % len(clients)]
+                try:
+                    result = await client.infer(
+                        SEQUENCE_MODEL, [tensor], sequence_id=sequence_id, client_timeout=CLIENT_TIMEOUT_S, **flags
+                    )
+                except InferenceServerException as exc:
+                    if count_error(tally, exc):
+                        await asyncio.sleep(0.01)
+                    break  # the sequence is over; the next starts afresh
+                if int(result.as_numpy("OUTPUT")[0, 0]) != 3 * (step + 1):
+                    tally.lost += 1  # answered, but from the wrong state: accepted, then lost
+                    tally.errors["wrong running sum"] = tally.errors.get("wrong running sum", 0) + 1
+                    break
+                tally.succeeded += 1
+                tally.successes.append((sent, time.monotonic()))
+
+    try:
+        workers = [asyncio.ensure_future(worker(index)) for index in range(concurrency)]
+        since = await fault()
+        await asyncio.gather(*workers)
+    finally:
+        for client in clients:
+            await client.close()
     return tally, since
 
 
@@ -179,11 +240,18 @@ def main() -> None:
 
                 tally, _ = asyncio.run(drive(running.address, "simple", args.concurrency, args.seconds, steady))
                 rows.append(("fleet: a replica failing one model", tally, None))
+            write_sequence(repository, SEQUENCE_MODEL, ("READY",), state=True, strategy=LONG_IDLE, instances=2)
+            with sequence_fleet(consul, repository) as running:
+                tally, since = asyncio.run(
+                    drive_sequences(running.addresses, args.concurrency, args.seconds, running.kill)
+                )
+                rows.append(("two gateways with sequences under a replica's kill", tally, tally.recovery(since)))
 
-    print(f"{'scenario':<38} {'sent':>7} {'succeeded':>9} {'rejected':>8} {'lost':>5} {'recovery s':>10}")
+    width = max(len(name) for name, _, _ in rows)
+    print(f"{'scenario':<{width}} {'sent':>7} {'succeeded':>9} {'rejected':>8} {'lost':>5} {'recovery s':>10}")
     for name, tally, recovery in rows:
         shown = f"{recovery:.2f}" if recovery is not None else "-"
-        print(f"{name:<38} {tally.sent:>7} {tally.succeeded:>9} {tally.rejected:>8} {tally.lost:>5} {shown:>10}")
+        print(f"{name:<{width}} {tally.sent:>7} {tally.succeeded:>9} {tally.rejected:>8} {tally.lost:>5} {shown:>10}")
     print()
     for name, tally, _ in rows:
         for error, count in sorted(tally.errors.items()):

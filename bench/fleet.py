@@ -2,7 +2,9 @@
 (dev mode) behind a gateway that discovers them, loaded through the gateway while one
 replica is killed or drained, Consul is stopped and restarted, or a version rollout runs
 (load version 2 everywhere, warm it, shift Consul KV weights 0 -> 100, unload version 1);
-or while one replica failed to load the model under load (`second`, its repository)."""
+or while one replica failed to load the model under load (`second`, its repository); and
+two sidecars behind two gateways serving a stateful model, whose sequences alternate
+between the gateways while one replica is killed."""
 
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ from pathlib import Path
 import tritonclient.grpc.aio as grpcaio
 
 from scripts.make_models import linear_override
-from tests.fleet.fleet_harness import Consul, gateway, sidecar, wait_until
+from tests.fleet.fleet_harness import Consul, gateway, metric, sidecar, wait_until
 
 SERVICE, KV_PREFIX = "bench-fleet", "bench-fleet/policies/"
+SEQUENCE_SERVICE = "bench-sequences"
+SEQUENCE_MODEL = "running_sum"  # scripts.make_models.write_sequence with state: OUTPUT = the running sum
 Fault = Callable[[], Awaitable[float | None]]
 
 
@@ -89,6 +93,46 @@ class Fleet:
             "fleet: consul stopped 2 s, restarted": ("simple", consul_away),
             "fleet: rollout v1 -> v2 (KV 0..100)": ("linear", rollout),
         }
+
+
+class SequenceFleet:
+    """Consul, two registered sidecars serving `running_sum`, and two gateways that
+    discover them; `addresses` are the gateways' gRPC addresses."""
+
+    def __init__(self, consul_path: Path, repository: Path) -> None:
+        self.consul = Consul(consul_path)
+        flags = [f"--consul-service={SEQUENCE_SERVICE}", "--model-control-mode=explicit"]
+        self.replicas = [
+            sidecar(self.consul.http, repository, *flags, f"--load-model={SEQUENCE_MODEL}") for _ in range(2)
+        ]
+        self.gateways = [gateway(self.consul.http, *flags) for _ in range(2)]
+        self.addresses = [front.fields["grpc"] for front in self.gateways]
+        wait_until(lambda: len(self.consul.passing(SEQUENCE_SERVICE)) == 2, 30, "two passing replicas")
+        for front in self.gateways:
+
+            def knows_both(address: str = front.fields["metrics"]) -> bool:
+                return metric(address, "turnout_gateway_replicas", state="healthy") == 2
+
+            wait_until(knows_both, 30, "each gateway to know both replicas")
+
+    async def kill(self) -> float | None:
+        await asyncio.sleep(1.0)
+        self.replicas[0].process.kill()
+        return time.monotonic()
+
+    def close(self) -> None:
+        for child in (*self.gateways, *self.replicas):
+            child.stop()
+        self.consul.close()
+
+
+@contextmanager
+def sequence_fleet(consul_path: Path, repository: Path) -> Iterator[SequenceFleet]:
+    running = SequenceFleet(consul_path, repository)
+    try:
+        yield running
+    finally:
+        running.close()
 
 
 @contextmanager

@@ -170,7 +170,12 @@ def _sidecar_tls(settings: GatewaySettings) -> SidecarTls | None:
     """--sidecar-use-ssl and --sidecar-ssl-*: how to reach sidecars over TLS, None for plain."""
     if not settings.sidecar_use_ssl:
         return None
-    return SidecarTls(settings.sidecar_ssl_root_cert, settings.sidecar_ssl_cert, settings.sidecar_ssl_key)
+    return SidecarTls(
+        settings.sidecar_ssl_root_cert,
+        settings.sidecar_ssl_cert,
+        settings.sidecar_ssl_key,
+        settings.sidecar_ssl_server_name,
+    )
 
 
 async def _consul_denies(consul: ConsulClient, settings: GatewaySettings, deadline: float) -> str | None:
@@ -299,6 +304,8 @@ async def serve(
                 _build_http_app(gateway, settings),
                 http=_HeadLimitedProtocol,
                 lifespan="off",
+                ws="none",
+                proxy_headers=False,  # forwarded headers change nothing turnout reads
                 log_config=None,
                 access_log=False,
                 timeout_graceful_shutdown=max(1, round(settings.exit_timeout_secs)),

@@ -68,4 +68,5 @@ class GatewaySettings:
     sidecar_ssl_root_cert: str = ""  # CAs that sign sidecar certificates; "" = the system's
     sidecar_ssl_cert: str = ""  # our certificate (chain), for sidecars that want mutual TLS
     sidecar_ssl_key: str = ""
+    sidecar_ssl_server_name: str = ""  # the name sidecar certificates hold; "" = each sidecar's host
     grpc_restricted_protocol: tuple[str, ...] = ()

@@ -2,12 +2,14 @@
 
 ModelInfer travels as bytes both ways (identity serializers), so a gRPC request
 crosses the gateway without being re-encoded; every other method is typed. gRPC
-errors become TurnoutError here, with the sidecar's status and text unchanged.
-With TLS (SidecarTls) both the channel and the infer lane are encrypted.
+errors become TurnoutError here, with the sidecar's status, text and cause unchanged.
+With TLS (SidecarTls) both the channel and the infer lane are encrypted. A sidecar whose
+lane speaks another protocol version is not ready, with the reason logged once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from typing import Any, TypeVar
@@ -16,10 +18,10 @@ import grpc
 from google.protobuf.message import Message
 
 from protos import grpc_service_pb2 as pb
-from protos.lane import LaneClient
+from protos.lane import LaneClient, LaneMismatch
 from protos.logs import REQUEST_ID
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS
-from protos.status import Status, TurnoutError, status_from_grpc, unavailable
+from protos.status import CAUSE_METADATA, Status, TurnoutError, cause_named, status_from_grpc, unavailable
 from protos.trace import TRACEPARENT
 
 M = TypeVar("M", bound=Message)
@@ -52,7 +54,9 @@ def _translate(exc: grpc.aio.AioRpcError, tls: bool) -> TurnoutError:
         if "socket closed" in lowered:
             details = f"{details} ({_CLOSED_HINT[tls]})"
         return SidecarUnreachable(Status.UNAVAILABLE, details)
-    return TurnoutError(status_from_grpc(exc.code()), details)
+    causes = [value for key, value in exc.trailing_metadata() or () if key == CAUSE_METADATA]
+    cause = cause_named(str(causes[0])) if causes else None
+    return TurnoutError(status_from_grpc(exc.code()), details, cause)
 
 
 # A restarted sidecar comes back on the same address within a second or two; grpc's
@@ -67,10 +71,13 @@ _RECONNECT_OPTIONS = [
 class SidecarTls:
     """How the gateway speaks TLS to sidecars: the CAs it trusts (the system's when none are
     given) and, for sidecars that want mutual TLS, its own certificate chain and key (PEM
-    file paths). The files are read once; raises OSError (ssl.SSLError included) for
-    unusable ones."""
+    file paths). `server_name`: the name every sidecar certificate must hold, where sidecars
+    come and go on addresses no certificate can list (containers); "" = each one's host.
+    The files are read once; raises OSError (ssl.SSLError included) for unusable ones."""
 
-    def __init__(self, root_cert: str = "", cert: str = "", key: str = "") -> None:
+    def __init__(self, root_cert: str = "", cert: str = "", key: str = "", server_name: str = "") -> None:
+        self.server_name = server_name
+
         def read(path: str) -> bytes | None:
             if not path:
                 return None
@@ -101,13 +108,16 @@ class SidecarClient:
         self.address = address
         self.metrics = metrics  # host:port of its /metrics, "" if unknown
         self.tls = tls is not None
-        self._last_tls_failure = ""
+        self._last_lane_failure = ""
         # ModelInfer takes the sidecar's lane when it has one: a frame costs far less than a call.
         # A Unix lane's certificate is the sidecar's own, issued for its gRPC host.
         self._lane = None
         if lane:
-            self._lane = LaneClient(lane, tls.lane_context, _host(address)) if tls else LaneClient(lane)
-        options = [*MESSAGE_SIZE_OPTIONS, *_RECONNECT_OPTIONS]
+            name = (tls.server_name or _host(address)) if tls else ""
+            self._lane = LaneClient(lane, tls.lane_context, name) if tls else LaneClient(lane)
+        options: list[tuple[str, int | str]] = [*MESSAGE_SIZE_OPTIONS, *_RECONNECT_OPTIONS]
+        if tls is not None and tls.server_name:
+            options.append(("grpc.ssl_target_name_override", tls.server_name))
         if tls is not None:
             self._channel = grpc.aio.secure_channel(address, tls.channel_credentials, options=options)
         else:
@@ -137,10 +147,13 @@ class SidecarClient:
             try:
                 # The request id rides the frame, so the sidecar's lines name it at any level.
                 return await self._lane.call(encoded, REQUEST_ID.get())  # raises the sidecar's TurnoutError
+            except LaneMismatch as exc:  # nothing was sent: another replica may take it
+                self._say_lane_failure(exc.message)
+                raise SidecarUnreachable(exc.status, exc.message) from exc
             except TurnoutError as exc:
                 if isinstance(exc.__cause__, OSError):  # the connect failed: nothing was sent
                     if self.tls:
-                        self._say_tls_failure(exc.message)
+                        self._say_lane_failure(exc.message)
                     raise SidecarUnreachable(exc.status, exc.message) from exc
                 raise
         try:
@@ -152,10 +165,10 @@ class SidecarClient:
             raise _translate(exc, self.tls) from exc
         return response
 
-    def _say_tls_failure(self, message: str) -> None:
+    def _say_lane_failure(self, message: str) -> None:
         # Once per distinct failure, not once per request that meets it.
-        if message != self._last_tls_failure:
-            self._last_tls_failure = message
+        if message != self._last_lane_failure:
+            self._last_lane_failure = message
             logger.error("the %s sidecar at %s: %s", self.framework, self.address, message)
 
     async def call(self, method: str, request: Message, response_type: type[M], timeout: float | None = None) -> M:
@@ -169,17 +182,26 @@ class SidecarClient:
         return response
 
     async def readiness(self) -> bool | None:
-        """The sidecar's own readiness; None when it cannot be reached in time."""
+        """The sidecar's own readiness; None when it cannot be reached in time, False when
+        its lane speaks another protocol version (no inference could pass)."""
         try:
             response = await self.call(
                 "ServerReady", pb.ServerReadyRequest(), pb.ServerReadyResponse, timeout=READY_TIMEOUT_SECS
             )
         except TurnoutError:
             return None
+        if response.ready and self._lane is not None:
+            try:
+                await asyncio.wait_for(self._lane.connect(), READY_TIMEOUT_SECS)  # at once when connected
+            except LaneMismatch as exc:
+                self._say_lane_failure(exc.message)
+                return False
+            except (TurnoutError, TimeoutError):
+                pass  # a lane that does not answer shows on the requests, which fail over
         return bool(response.ready)
 
     async def server_ready(self) -> bool:
-        """The sidecar's own readiness; False when it cannot be reached in time."""
+        """`readiness`, False when it cannot be reached."""
         return bool(await self.readiness())
 
     async def repository_index(self) -> pb.RepositoryIndexResponse:

@@ -5,24 +5,33 @@ ModelInfer travels here; everything else stays on the sidecar's gRPC service. A 
 is `u32 payload length | u64 call id | u8 kind | payload`. Requests carry the request id
 (`u8 length | id`, at most 255 bytes of UTF-8, so every log line on both sides names the
 request without touching the protobuf) and then a serialized ModelInferRequest;
-replies carry a serialized ModelInferResponse or an error (status name, NUL, message).
+replies carry a serialized ModelInferResponse or an error (status name, NUL, message, and
+NUL and its cause where it has one: protos.status.Cause).
 A CANCEL frame (empty payload) says the caller gave up on a call (its deadline passed,
 its client went away): the sidecar cancels it, which drops it from its batcher's queue
 if it has not run yet, and sends no reply. Writes made in one turn
 of the event loop leave in one syscall, so concurrent calls share the hop's cost.
 Either end may put TLS under the frames (an `ssl.SSLContext`), on TCP or a Unix socket.
 
+A connection opens with a handshake: the gateway's first frame is a HELLO (call id 0)
+stating its lane protocol version and the largest frame it takes; the sidecar answers with
+its own. Versions must match: where they do not, both ends refuse the connection with a
+text that names both versions and which side to upgrade (a peer that predates the handshake
+counts as version 1), and the gateway reports that sidecar not ready.
+
 A frame may carry at most `max_frame` payload bytes (MAX_FRAME: the largest gRPC message
-Triton takes, plus the request id), checked on both ends: a sender refuses to send a larger
-one; a receiver reads a larger frame's header only, answers it with an error and drops its
-bytes as they arrive, never holding them, so a stream that lies about a length cannot make
-it allocate.
+Triton takes, plus the request id). A sender checks against the limit its peer stated and
+refuses a larger frame with an error to its caller alone. A receiver checks every header
+against its own limit before it holds any of the payload: a peer that sends a larger frame
+has broken the protocol, so the connection is closed, with a log line naming the peer, the
+size and the limit, and the calls in flight on it fail; other connections are untouched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import ssl
 import struct
 from collections.abc import Awaitable, Callable
@@ -31,7 +40,9 @@ from functools import partial
 from typing import cast
 
 from protos.rpc import MAX_MESSAGE_BYTES
-from protos.status import Status, TurnoutError
+from protos.status import Status, TurnoutError, cause_named
+
+log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("<IQB")
 MAX_REQUEST_ID = 255
@@ -39,26 +50,68 @@ MAX_FRAME = MAX_MESSAGE_BYTES + 1 + MAX_REQUEST_ID
 # A peer that never answers the handshake (a plain lane, most often) must not stall a call.
 TLS_HANDSHAKE_TIMEOUT_SECS = 5.0
 
+# The lane's wire version, stated in the HELLO each end sends first. Version 1 was the lane
+# before the handshake. Bump it for any change an older peer would misread.
+LANE_PROTOCOL = 2
+# HELLO payload: magic | u16 version | u64 largest frame taken; later versions may append
+# fields, which a reader ignores. The version's place never moves.
+_HELLO = struct.Struct("<8sHQ")
+_MAGIC = b"turnlane"
+HELLO_TIMEOUT_SECS = 5.0
+
 
 class Kind(IntEnum):
     INFER = 1
     REPLY = 2
     ERROR = 3
     CANCEL = 4
+    HELLO = 5  # the handshake, on call id 0
 
 
 def encode_error(error: TurnoutError) -> bytes:
-    return error.status.name.encode() + b"\0" + error.message.encode()
+    encoded = error.status.name.encode() + b"\0" + error.message.encode()
+    return encoded + b"\0" + error.cause.value.encode() if error.cause is not None else encoded
 
 
 def decode_error(payload: bytes) -> TurnoutError:
-    status, _, message = payload.partition(b"\0")
-    return TurnoutError(Status[status.decode()], message.decode(errors="replace"))
+    status, _, rest = payload.partition(b"\0")
+    # A message may hold a NUL itself: only a known cause after the last one is a cause.
+    message, _, tail = rest.rpartition(b"\0")
+    cause = cause_named(tail.decode(errors="replace"))
+    return TurnoutError(Status[status.decode()], (message if cause else rest).decode(errors="replace"), cause)
 
 
 def too_large(size: int, limit: int, sent: bool) -> str:
     """gRPC's own words for a message over its limit, which a lane frame shares."""
     return f"{'Sent' if sent else 'Received'} message larger than max ({size} vs. {limit})"
+
+
+class LaneMismatch(TurnoutError):
+    """The sidecar speaks another lane protocol version: no call can succeed on it until
+    one side is upgraded (status UNAVAILABLE; nothing was sent)."""
+
+
+def hello(max_frame: int, version: int = LANE_PROTOCOL) -> bytes:
+    """A HELLO frame's payload: our version and the largest frame we take."""
+    return _HELLO.pack(_MAGIC, version, max_frame)
+
+
+def read_hello(payload: bytes) -> tuple[int, int] | None:
+    """(version, largest frame) of a HELLO payload; None when it is not one."""
+    if len(payload) < _HELLO.size or not payload.startswith(_MAGIC):
+        return None
+    _, version, max_frame = _HELLO.unpack_from(payload)
+    return version, max_frame
+
+
+def mismatch(peer: str, where: str, theirs: int, me: str) -> str:
+    """Both ends' words for a version mismatch: who speaks what, and which to upgrade."""
+    older = me if theirs > LANE_PROTOCOL else peer
+    before = " (it predates the lane handshake)" if theirs == 1 else ""
+    return (
+        f"the {peer} at {where} speaks lane protocol {theirs}{before}, this {me} speaks {LANE_PROTOCOL}; "
+        f"upgrade the {older} so both speak the same version"
+    )
 
 
 class _Framer(asyncio.Protocol):
@@ -67,8 +120,8 @@ class _Framer(asyncio.Protocol):
     def __init__(self, max_frame: int) -> None:
         self._buffer = bytearray()
         self._pending: list[bytes] = []
-        self._skipping = 0  # bytes still to come of a refused frame, dropped as they arrive
-        self.max_frame = max_frame
+        self.max_frame = max_frame  # the largest payload we take
+        self.peer_max_frame = max_frame  # the largest the peer takes, from its HELLO
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -78,12 +131,6 @@ class _Framer(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        if self._skipping:
-            if len(data) <= self._skipping:
-                self._skipping -= len(data)
-                return
-            data = data[self._skipping :]
-            self._skipping = 0
         # Frames are cut from where they arrived, each payload copied once: from `data` itself
         # when nothing is held over (whole frames per read, the common case), else from the
         # buffer that joins the pieces of a frame read in parts, through a memoryview.
@@ -98,10 +145,8 @@ class _Framer(asyncio.Protocol):
             length, call_id, kind = _HEADER.unpack_from(source, offset)
             start = offset + _HEADER.size
             if length > self.max_frame:
-                self.frame_refused(call_id, kind, length)
-                offset = min(start + length, size)
-                self._skipping = start + length - offset
-                continue
+                self.frame_refused(call_id, kind, length)  # it closes the connection
+                return
             end = start + length
             if end > size:
                 break
@@ -125,11 +170,17 @@ class _Framer(asyncio.Protocol):
             self.transport.writelines(self._pending)
         self._pending = []
 
+    def close_now(self) -> None:
+        """Close the connection once what is queued (a refusal, a HELLO) has left."""
+        if self.transport is not None:
+            self._flush()
+            self.transport.close()
+
     def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
         raise NotImplementedError
 
     def frame_refused(self, call_id: int, kind: int, length: int) -> None:
-        """A frame over max_frame arrived; its payload is being dropped."""
+        """A frame over max_frame arrived (only its header was read): close the connection."""
         raise NotImplementedError
 
 
@@ -146,11 +197,57 @@ def request_id_prefix(request_id: str) -> bytes:
 
 
 class _ServerConnection(_Framer):
-    def __init__(self, handler: Handler, tasks: set[asyncio.Task[None]], max_frame: int) -> None:
+    def __init__(
+        self, handler: Handler, tasks: set[asyncio.Task[None]], max_frame: int, refused: set[tuple[str, int]]
+    ) -> None:
         super().__init__(max_frame)
         self._handler = handler
         self._tasks = tasks
+        self._refused = refused  # (peer host, version) pairs already logged, shared by the server's connections
         self._calls: dict[int, asyncio.Task[None]] = {}  # in-flight answers of this connection, by call id
+        # The first frame goes to the handshake; once it passes, the instance attribute is
+        # deleted and frames reach the class's frame_received with no test per frame.
+        self.frame_received = self._greet  # type: ignore[method-assign]
+
+    def _peer(self) -> str:
+        transport = self.transport
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if isinstance(peer, tuple):
+            return f"{peer[0]}:{peer[1]}"
+        where = transport.get_extra_info("sockname") if transport is not None else ""
+        return f"unix:{where}"  # a Unix socket's peer has no name: say which lane it came in on
+
+    def _refuse(self, version: int) -> str:
+        """Log a refused handshake, at error level once per peer host and version (a gateway
+        retries every readiness probe), and close the connection; returns the reason."""
+        peer = self._peer()
+        message = mismatch("gateway", peer, version, "sidecar")
+        key = (peer.rpartition(":")[0] if not peer.startswith("unix:") else peer, version)
+        level = logging.DEBUG if key in self._refused else logging.ERROR
+        self._refused.add(key)
+        log.log(level, "refusing a lane connection: %s", message)
+        return message
+
+    def _greet(self, call_id: int, kind: int, payload: bytes) -> None:
+        if self.transport is not None and self.transport.is_closing():
+            return  # frames that came with a refused one
+        stated = read_hello(payload) if kind == Kind.HELLO else None
+        if stated is None:
+            # A gateway that predates the handshake sent a request first: refuse it in words
+            # it can show its caller.
+            message = self._refuse(1)
+            if kind == Kind.INFER:
+                self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.UNAVAILABLE, message)))
+            self.close_now()
+            return
+        version, peer_max_frame = stated
+        self.send(0, Kind.HELLO, hello(self.max_frame))  # our version, whatever theirs
+        if version != LANE_PROTOCOL:
+            self._refuse(version)
+            self.close_now()
+            return
+        self.peer_max_frame = peer_max_frame
+        del self.frame_received
 
     def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
         if kind == Kind.CANCEL:
@@ -169,9 +266,16 @@ class _ServerConnection(_Framer):
         task.add_done_callback(lambda _: self._calls.pop(call_id, None))
 
     def frame_refused(self, call_id: int, kind: int, length: int) -> None:
-        if kind == Kind.INFER:
+        log.error(
+            "closing the lane connection from %s: it sent a frame of %d bytes, over the limit of %d",
+            self._peer(),
+            length,
+            self.max_frame,
+        )
+        if kind == Kind.INFER:  # the caller learns why, if its peer still reads
             message = too_large(length, self.max_frame, sent=False)
             self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INVALID_ARG, message)))
+        self.close_now()
 
     def connection_lost(self, exc: Exception | None) -> None:
         # The gateway is gone: nobody waits for these answers any more.
@@ -187,8 +291,8 @@ class _ServerConnection(_Framer):
         except Exception as error:  # the peer must always get an answer
             self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, str(error))))
         else:
-            if len(reply) > self.max_frame:  # the gateway would refuse it anyway
-                message = too_large(len(reply), self.max_frame, sent=True)
+            if len(reply) > self.peer_max_frame:  # the gateway would close the connection on it
+                message = too_large(len(reply), self.peer_max_frame, sent=True)
                 self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, message)))
             else:
                 self.send(call_id, Kind.REPLY, reply)
@@ -204,18 +308,19 @@ class LaneServer:
         self._max_frame = max_frame
         self._server: asyncio.AbstractServer | None = None
         self.tasks: set[asyncio.Task[None]] = set()  # in-flight answers, for draining
+        self._refused: set[tuple[str, int]] = set()
 
     async def start_unix(self, path: str, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(
-            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame), path, ssl=tls
+            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame, self._refused), path, ssl=tls
         )
         return f"unix:{path}"
 
     async def start_tcp(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame), host, port, ssl=tls
+            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame, self._refused), host, port, ssl=tls
         )
         bound = self._server.sockets[0].getsockname()
         return f"{bound[0]}:{bound[1]}"
@@ -231,29 +336,37 @@ class LaneServer:
 
 
 class _ClientConnection(_Framer):
-    def __init__(self, max_frame: int) -> None:
+    def __init__(self, max_frame: int, address: str) -> None:
         super().__init__(max_frame)
+        self.address = address
         self.waiting: dict[int, asyncio.Future[bytes]] = {}
         self.closed = False
+        self._lost_because = ""  # why we closed it, for the calls it takes down
 
     def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
         future = self.waiting.pop(call_id, None)
         if future is None or future.done():
             return  # the caller gave up on it
-        if kind == Kind.REPLY:
+        if kind == Kind.REPLY or kind == Kind.HELLO:
             future.set_result(payload)
         else:
             future.set_exception(decode_error(payload))
 
     def frame_refused(self, call_id: int, kind: int, length: int) -> None:
+        self._lost_because = (
+            f"the sidecar at {self.address} sent a frame of {length} bytes, over this gateway's limit of "
+            f"{self.max_frame}; the connection was closed"
+        )
+        log.error("%s", self._lost_because)
         future = self.waiting.pop(call_id, None)
         if future is not None and not future.done():
             future.set_exception(TurnoutError(Status.INTERNAL, too_large(length, self.max_frame, sent=False)))
+        self.close_now()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         # A TLS sidecar that wanted our certificate resets the connection after the handshake.
-        detail = f": {exc}" if exc is not None else ""
+        detail = f": {self._lost_because or exc}" if self._lost_because or exc is not None else ""
         error = TurnoutError(Status.UNAVAILABLE, f"connection to sidecar lost{detail}")
         for future in self.waiting.values():
             if not future.done():
@@ -287,7 +400,7 @@ class LaneClient:
                 return self._connection
             loop = asyncio.get_running_loop()
             tls = self._tls
-            connection = partial(_ClientConnection, self._max_frame)
+            connection = partial(_ClientConnection, self._max_frame, self.address)
             timeout = TLS_HANDSHAKE_TIMEOUT_SECS if tls is not None else None
             try:
                 if self.address.startswith("unix:"):
@@ -311,8 +424,42 @@ class LaneClient:
                     )
             except OSError as error:
                 raise TurnoutError(Status.UNAVAILABLE, self._connect_failure(error)) from error
+            try:
+                await self._greet(protocol)
+            except BaseException:
+                protocol.close_now()
+                raise
             self._connection = protocol
             return protocol
+
+    async def _greet(self, connection: _ClientConnection) -> None:
+        """The handshake: state our version and limit, learn the sidecar's. Raises
+        LaneMismatch where the versions differ, TurnoutError where no answer comes."""
+        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        connection.waiting[0] = answer
+        connection.send(0, Kind.HELLO, hello(self._max_frame))
+        try:
+            payload = await asyncio.wait_for(answer, HELLO_TIMEOUT_SECS)
+        except TimeoutError:
+            raise TurnoutError(
+                Status.UNAVAILABLE, f"the sidecar at {self.address} did not answer the lane handshake"
+            ) from None
+        except TurnoutError as error:
+            if connection.closed:  # lost, not answered: a refused client certificate, most often
+                raise
+            # An ERROR answer is a sidecar that took our HELLO for a request: it predates the handshake.
+            raise LaneMismatch(Status.UNAVAILABLE, mismatch("sidecar", self.address, 1, "gateway")) from error
+        stated = read_hello(payload)
+        version, max_frame = stated if stated is not None else (1, 0)
+        if version != LANE_PROTOCOL:
+            raise LaneMismatch(Status.UNAVAILABLE, mismatch("sidecar", self.address, version, "gateway"))
+        connection.peer_max_frame = max_frame
+
+    async def connect(self) -> None:
+        """Open the connection and pass the handshake now, if not yet done (a readiness
+        check); raises as `call` would."""
+        if self._connection is None or self._connection.closed:
+            await self._connect()
 
     def _connect_failure(self, error: OSError) -> str:
         if isinstance(error, ssl.SSLError):
@@ -325,11 +472,12 @@ class LaneClient:
         """Send one request, tagged with `request_id`; return the reply payload or raise
         the sidecar's TurnoutError."""
         prefix = request_id_prefix(request_id)
-        if len(prefix) + len(payload) > self._max_frame:
-            raise TurnoutError(Status.INVALID_ARG, too_large(len(prefix) + len(payload), self._max_frame, sent=True))
         connection = self._connection
         if connection is None or connection.closed:
             connection = await self._connect()
+        if len(prefix) + len(payload) > connection.peer_max_frame:  # the sidecar would close the connection
+            size = len(prefix) + len(payload)
+            raise TurnoutError(Status.INVALID_ARG, too_large(size, connection.peer_max_frame, sent=True))
         call_id = next(self._ids)
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         connection.waiting[call_id] = future

@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import grpc
 
-from protos.status import TurnoutError
+from protos.status import CAUSE_METADATA, TurnoutError
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -76,10 +76,12 @@ def server_credentials(cert: str, key: str, root: str, mutual: bool) -> grpc.Ser
 
 async def abort_call(context: grpc.aio.ServicerContext, error: Exception, method: str, log: logging.Logger) -> NoReturn:
     """End an RPC that raised `error`: a TurnoutError with its gRPC status and Triton's
-    text; anything else is logged on `log` (the serving process's) and ends as INTERNAL
-    with its text. Callers let CancelledError and grpc.aio.AbortError pass: those already
-    end the call. The server keeps serving either way."""
+    text, and its cause in the trailing metadata; anything else is logged on `log` (the
+    serving process's) and ends as INTERNAL with its text. Callers let CancelledError and
+    grpc.aio.AbortError pass: those already end the call. The server keeps serving either way."""
     if isinstance(error, TurnoutError):
+        if error.cause is not None:
+            await context.abort(error.grpc_status, error.message, ((CAUSE_METADATA, error.cause.value),))
         await context.abort(error.grpc_status, error.message)
     log.error("%s failed", method, exc_info=error)
     await context.abort(grpc.StatusCode.INTERNAL, str(error) or type(error).__name__)

@@ -78,13 +78,34 @@ _CODE_STRING = {
 }
 
 
-class TurnoutError(Exception):
-    """An error with a Triton status and Triton's message text."""
+class Cause(enum.Enum):
+    """Why an error happened, where the gateway acts on it (a field, so that no one matches
+    message texts); it crosses the hop from sidecar to gateway beside the status."""
 
-    def __init__(self, status: Status, message: str) -> None:
+    UNKNOWN_SEQUENCE = "unknown-sequence"  # a sequence's later request reached a replica that does not hold it
+
+
+# The gRPC trailing metadata key that carries a Cause (the lane has its own field).
+CAUSE_METADATA = "turnout-cause"
+
+
+def cause_named(text: str) -> Cause | None:
+    """The Cause a peer sent; None for none, or for one this side does not know."""
+    try:
+        return Cause(text) if text else None
+    except ValueError:
+        return None
+
+
+class TurnoutError(Exception):
+    """An error with a Triton status and Triton's message text, and its Cause where the
+    gateway acts on one."""
+
+    def __init__(self, status: Status, message: str, cause: Cause | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.cause = cause
 
     def __repr__(self) -> str:
         return f"TurnoutError({self.status.name}, {self.message!r})"

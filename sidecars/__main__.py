@@ -81,6 +81,13 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 @click.option("--consul-deregister-after", default="1m", help="Consul drops us after critical this long")
 @shared(*CONSUL_FLAGS)
 @shared(*TLS_FLAGS)
+@click.option(
+    "--allow-unauthenticated-network",
+    default=False,
+    help="serve on a non-loopback --host without mutual TLS (refused otherwise): any host that reaches "
+    "the sidecar can then run inferences past the gateway's restricted APIs",
+    **TRITON_BOOL,
+)
 def main(
     framework: str,
     model_repositories: tuple[str, ...],
@@ -118,6 +125,7 @@ def main(
     grpc_server_cert: str,
     grpc_server_key: str,
     grpc_root_cert: str,
+    allow_unauthenticated_network: bool,
     **consul_flags: Any,
 ) -> None:
     """Serve one framework's models of a Triton model repository over the v2 gRPC service."""
@@ -172,6 +180,7 @@ def main(
         grpc_server_cert=grpc_server_cert,
         grpc_server_key=grpc_server_key,
         grpc_root_cert=grpc_root_cert,
+        allow_unauthenticated_network=allow_unauthenticated_network,
     )
     sys.exit(run(settings))
 

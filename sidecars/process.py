@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -32,7 +33,35 @@ from sidecars.settings import ControlMode, SidecarSettings
 
 log = logging.getLogger("sidecars")
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach `host` (a wildcard or a name reaches further)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def network_exposure(settings: SidecarSettings) -> tuple[str, str]:
+    """(refusal, warning): whether the sidecar may serve where settings say. On a host other
+    machines reach, gRPC and the infer lane both run inferences, past every restriction the
+    gateway enforces, so they need mutual TLS: only holders of a certificate our root signed
+    (gateways) get in. --allow-unauthenticated-network turns the refusal into a warning."""
+    if is_loopback(settings.host) or settings.grpc_use_ssl_mutual:
+        return "", ""
+    risk = (
+        f"on {settings.host} without mutual TLS, any host that reaches this sidecar can run inferences "
+        "past the gateway's restricted APIs"
+    )
+    if settings.allow_unauthenticated_network:
+        return "", f"INSECURE: {risk} (--allow-unauthenticated-network)"
+    return (
+        f"refusing to serve: {risk}. Give --grpc-use-ssl-mutual=true with --grpc-server-cert, --grpc-server-key "
+        "and --grpc-root-cert (docs/deploy.md, 'Lane security'), bind --host=127.0.0.1, or accept the risk "
+        "with --allow-unauthenticated-network=true"
+    ), ""
 
 
 @dataclass(frozen=True)
@@ -69,7 +98,7 @@ async def _start_lane(lane: LaneServer, settings: SidecarSettings, tls: _Tls | N
     context = tls.context if tls is not None else None
     if mode == "auto":
         # A registered sidecar serves gateways on other hosts, which a Unix socket cannot.
-        mode = "unix" if settings.host in _LOOPBACK and not settings.consul else "tcp"
+        mode = "unix" if is_loopback(settings.host) and not settings.consul else "tcp"
     if mode == "unix" and settings.lane_path:
         # A path a supervisor chose, so a restarted sidecar keeps its address; the
         # socket a killed predecessor left there is ours to replace.
@@ -102,6 +131,12 @@ def _runtime(settings: SidecarSettings) -> Runtime | None:
 async def serve(settings: SidecarSettings) -> int:
     """Run until a stop signal; the exit status is 1 when a start-up load failed under
     --exit-on-error, else 0."""
+    refusal, warning = network_exposure(settings)
+    if refusal:
+        log.error("%s", refusal)
+        return 1
+    if warning:
+        log.warning("%s", warning)
     try:
         tls = _read_tls(settings)
     except OSError as exc:

@@ -21,7 +21,7 @@ import numpy as np
 from protos import model_config_pb2 as mc
 from protos.sequence import SequenceFlags
 from protos.statistics import BatchTimes, VersionStatistics
-from protos.status import Status, TurnoutError, invalid_arg, unavailable
+from protos.status import Cause, Status, TurnoutError, invalid_arg, unavailable
 from sidecars.batch_rules import BatchRules, Candidate
 from sidecars.batcher import BackendFailure, Result
 from sidecars.runtime import ModelInstance
@@ -187,9 +187,12 @@ class SequenceBatcher:
         slot = self._bound.get(correlation_id)
         backlog = self._backlogged.get(correlation_id)
         if slot is None and backlog is None and not flags.start:
-            raise invalid_arg(
+            # The cause lets a gateway that did not see the START try the replica next in line.
+            raise TurnoutError(
+                Status.INVALID_ARG,
                 f"inference request for sequence {correlation_id} to model '{self._model}' must specify the "
-                "START flag on the first request of the sequence"
+                "START flag on the first request of the sequence",
+                Cause.UNKNOWN_SEQUENCE,
             )
         now = self._clock()
         pending = _Pending(request, flags, asyncio.get_running_loop().create_future(), now)

@@ -60,3 +60,5 @@ class SidecarSettings:
     grpc_server_cert: str = ""
     grpc_server_key: str = ""
     grpc_root_cert: str = ""
+    # Serve on a non-loopback host without mutual TLS: anyone who reaches it may infer.
+    allow_unauthenticated_network: bool = False

@@ -123,6 +123,12 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--sidecar-ssl-cert", default="", help="PEM client certificate for sidecars with mutual TLS."),
         click.option("--sidecar-ssl-key", default="", help="PEM private key of --sidecar-ssl-cert."),
         click.option(
+            "--sidecar-ssl-server-name",
+            default="",
+            help="The name every sidecar certificate must hold (default: each sidecar's host), "
+            "for sidecars on addresses no certificate lists, such as containers.",
+        ),
+        click.option(
             "--sidecar-max-inflight",
             type=click.IntRange(min=0),
             default=1024,

@@ -12,12 +12,10 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
-from starlette.types import Receive
+from starlette.types import Receive, Scope, Send
 
 from gateway.context import RequestContext
 from gateway.http import messages
@@ -74,7 +72,6 @@ RETRY_AFTER_SECS = "1"
 # An inference still unanswered this long starts watching for its client's disconnect; a
 # client that left sooner is noticed then (uvicorn remembers that it left).
 DISCONNECT_WATCH_AFTER_SECS = 0.01
-_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 
 # Triton's route expressions (src/http_server.cc), matched in Triton's order against
 # the raw, undecoded path.
@@ -466,10 +463,22 @@ async def _sent(trace: Trace) -> None:
     trace.finish()
 
 
-def build_http_app(gateway: Gateway, settings: GatewaySettings) -> Starlette:
-    """The Starlette app serving Triton's HTTP API. Routing is Triton's own, on the raw
-    path (model names are not URL-decoded), so one catch-all route hands every request
-    to the front end."""
-    front = HttpFront(gateway, settings)
-    endpoint: Callable[[Request], Awaitable[Response]] = front.handle
-    return Starlette(routes=[Route("/{path:path}", endpoint, methods=_METHODS)])
+class HttpApp:
+    """The ASGI app serving Triton's HTTP API. Routing is Triton's own, on the raw path
+    (model names are not URL-decoded), so every request goes straight to the front end:
+    no framework router or middleware between uvicorn and `HttpFront.handle`, which
+    answers every error itself. Only HTTP is served (uvicorn runs without lifespan and
+    websockets)."""
+
+    def __init__(self, front: HttpFront) -> None:
+        self._front = front
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        response = await self._front.handle(Request(scope, receive))
+        await response(scope, receive, send)
+
+
+def build_http_app(gateway: Gateway, settings: GatewaySettings) -> HttpApp:
+    return HttpApp(HttpFront(gateway, settings))

@@ -1,6 +1,7 @@
 """One inference on its way to a sidecar: the version the routing policy picks, the
 replica the balancer picks, and failover to another replica when the first could not
-be reached, within the request's deadline.
+be reached, within the request's deadline; for a sequence, the version and replica its
+id places it on, alike on every gateway (`gateway.routing.sequences`).
 
 The request stays in the bytes it arrived in: a chosen version is appended as one more
 `model_version` field, which protobuf parsing lets win over any earlier value.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from gateway.context import RequestContext
@@ -18,13 +19,13 @@ from gateway.metrics import GatewayMetrics
 from gateway.registry import ModelRegistry
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
-from gateway.routing.sequences import Pin, SequencePins
+from gateway.routing.sequences import SequencePins, in_rendezvous_order, placement_key
 from gateway.routing.versions import Decision, Reason, VersionChooser
 from gateway.tracing.trace import Trace
 from gateway.upstream import SidecarClient, SidecarUnreachable
 from protos import grpc_service_pb2 as pb
 from protos.sequence import SequenceFlags
-from protos.status import not_found, unavailable
+from protos.status import Cause, TurnoutError, not_found, unavailable
 from protos.trace import take_report, trace_parameter
 from protos.wire import length_delimited
 
@@ -60,32 +61,48 @@ class Dispatcher:
         self._pins = SequencePins(clock)
 
     def decide(self, model: str, requested: str, context: RequestContext) -> Decision:
-        if context.sequence is not None:
-            return self._decide_sequence(model, requested, context, context.sequence)
+        sequence = context.sequence
+        if sequence is not None:
+            return self._decide_sequence(model, requested, context, sequence)
+        decision = self._choose(model, requested, context, "")
+        self._count_route(model, decision)
+        return decision
+
+    def _choose(self, model: str, requested: str, context: RequestContext, draw_key: str) -> Decision:
         policy = self._policies.get(model)
         if policy is None and not requested:
             return Decision("", Reason.DEFAULT)
         ready = self._registry.ready_versions(model)
-        decision = self._chooser.choose(policy, requested, context.headers, ready)
+        return self._chooser.choose(policy, requested, context.headers, ready, draw_key)
+
+    def _count_route(self, model: str, decision: Decision) -> None:
         # Label only versions the policy or the fleet knows: a client's version text is unbounded.
-        known = decision.version in (ready or ()) or (
+        policy = self._policies.get(model)
+        known = decision.version in (self._registry.ready_versions(model) or ()) or (
             policy is not None and any(v == decision.version for v, _ in policy.weights)
         )
         self._metrics.count_route(model, decision, decision.version if known or not decision.version else "other")
-        return decision
 
     def _decide_sequence(
         self, model: str, requested: str, context: RequestContext, sequence: SequenceFlags
     ) -> Decision:
-        """A sequence keeps the version its START got; a START is routed like any request,
-        but to a definite version (the newest READY one when nothing else chooses) and
-        never shadowed, since a shadow would see the sequence's later requests alone."""
-        pin = None if sequence.start else self._pins.get(model, sequence)
-        if pin is not None:
-            decision = Decision(pin.version, Reason.SEQUENCE)
-            self._metrics.count_route(model, decision, pin.version or "default")
+        """A START is routed like any request, but to a definite version (the newest READY
+        one when nothing else chooses), by a weighted choice every gateway makes alike (a
+        hash of the sequence id, where no sticky key decides), and never shadowed, since a
+        shadow would see the sequence's later requests alone. A later request names no
+        version unless its client did: `send` finds the version that holds the sequence."""
+        if sequence.start or requested:
+            decision = replace(self._start_decision(model, requested, context, sequence), shadow="")
+            self._count_route(model, decision)
             return decision
-        decision = replace(self.decide(model, requested, replace(context, sequence=None)), shadow="")
+        pin = self._pins.get(model, sequence)
+        expected = pin.version if pin is not None else self._start_decision(model, "", context, sequence).version
+        decision = Decision("", Reason.SEQUENCE)
+        self._metrics.count_route(model, decision, expected or "default")
+        return decision
+
+    def _start_decision(self, model: str, requested: str, context: RequestContext, sequence: SequenceFlags) -> Decision:
+        decision = self._choose(model, requested, context, placement_key(model, sequence))
         if not decision.version:
             ready = self._registry.ready_versions(model)
             if ready:
@@ -99,28 +116,25 @@ class Dispatcher:
     async def send(self, model: str, version: str, payload: bytes, context: RequestContext) -> bytes:
         """Send to one replica serving `model` (`version` if given); a replica that could
         not be reached is ejected and the next one tried, until the deadline. A sequence's
-        requests after its START go where the START went, with no failover."""
+        START goes to the first replica of its rendezvous order that can be reached, and
+        its later requests where the START went (`_send_in_sequence`)."""
         sequence = context.sequence
         if sequence is not None and not sequence.start:
-            pin = self._pins.get(model, sequence)
-            if pin is not None:
-                if sequence.end:
-                    self._pins.end(model, sequence)
-                return await self._send_pinned(model, sequence, pin, payload, context)
-        candidates = self._registry.replicas(model, version)
-        if not candidates:
-            await self._registry.find(model)  # an unknown name may be new: look once more
-            candidates = self._registry.replicas(model, version)
-        if not candidates:
-            raise not_found(f"Request for unknown model: '{model}' is not found")
+            return await self._send_in_sequence(model, version, payload, context, sequence)
+        candidates = await self._replicas(model, version)
+        if sequence is not None:
+            candidates = in_rendezvous_order(placement_key(model, sequence), candidates)
         deadline = context.deadline or self._clock() + DEFAULT_BUDGET_SECS
         tried: list[SidecarClient] = []
         while True:
-            client = self._balancer.choose(candidates, tried)
+            if sequence is not None:
+                client = self._balancer.first(candidates, tried)
+            else:
+                client = self._balancer.choose(candidates, tried)
             if client is None:
                 raise unavailable(f"no replica of model '{model}' could be reached")
             tried.append(client)
-            if sequence is not None and sequence.start and not sequence.end:
+            if sequence is not None and not sequence.end:
                 # Before the send: a stream's next requests of this sequence may follow at once.
                 self._pins.bind(model, sequence, version, client)
             try:
@@ -132,6 +146,15 @@ class Dispatcher:
                     self._metrics.count_failover(model, "exhausted")
                     raise
                 self._metrics.count_failover(model, "retried")
+
+    async def _replicas(self, model: str, version: str) -> Sequence[SidecarClient]:
+        candidates = self._registry.replicas(model, version)
+        if not candidates:
+            await self._registry.find(model)  # an unknown name may be new: look once more
+            candidates = self._registry.replicas(model, version)
+        if not candidates:
+            raise not_found(f"Request for unknown model: '{model}' is not found")
+        return candidates
 
     async def forward(self, model: str, version: str, payload: bytes, context: RequestContext) -> bytes:
         """`send`, or `send_traced` when the request is traced (`context.trace`)."""
@@ -152,21 +175,90 @@ class Dispatcher:
         trace.sidecar_answered(report, sent, received)
         return response
 
-    async def _send_pinned(
-        self, model: str, sequence: SequenceFlags, pin: Pin, payload: bytes, context: RequestContext
+    async def _send_in_sequence(
+        self, model: str, version: str, payload: bytes, context: RequestContext, sequence: SequenceFlags
     ) -> bytes:
-        """Only the pinned replica holds the sequence's state: if it is gone, say so
-        rather than move the sequence to a replica that would start it afresh."""
-        client = pin.replica
-        lost = f"sequence {sequence.id} of model '{model}' was started on replica {client.address}, which"
-        if client not in self._registry.replicas(model, pin.version):
-            raise unavailable(f"{lost} no longer serves it; start the sequence again")
-        try:
-            with self._balancer.track(client):
-                return await client.infer(payload, _traceparent(context))
-        except SidecarUnreachable as exc:
-            self._balancer.eject(client, exc.message)
-            raise unavailable(f"{lost} could not be reached; start the sequence again") from exc
+        """A sequence's later request goes where its START went: to the replica this
+        gateway pinned it to, else along the order every gateway derives alike (the
+        replicas of the version a START would get now, in the sequence's rendezvous
+        order, then those of the other READY versions; only `version`'s when the client
+        named one), to the first replica that holds the sequence. One that does not says
+        so (Cause.UNKNOWN_SEQUENCE) and the next is asked. The state never moves: when no
+        replica holds the sequence, the answer says its replica is gone, or is Triton's."""
+        tried: list[tuple[str, SidecarClient]] = []
+        refusal: TurnoutError | None = None  # a replica's answer that it does not hold the sequence
+        lost: TurnoutError | None = None  # why the pinned replica could not answer
+        pin = self._pins.get(model, sequence)
+        if pin is not None and version in ("", pin.version):
+            if sequence.end:
+                self._pins.end(model, sequence)
+            client = pin.replica
+            where = f"sequence {sequence.id} of model '{model}' was started on replica {client.address}, which"
+            if client not in self._registry.replicas(model, pin.version):
+                lost = unavailable(f"{where} no longer serves it; start the sequence again")
+            else:
+                try:
+                    with self._balancer.track(client):
+                        return await client.infer(_versioned(payload, pin.version), _traceparent(context))
+                except SidecarUnreachable as exc:
+                    self._balancer.eject(client, exc.message)
+                    lost = unavailable(f"{where} could not be reached; start the sequence again")
+                    lost.__cause__ = exc
+                except TurnoutError as exc:
+                    if exc.cause is not Cause.UNKNOWN_SEQUENCE:
+                        raise
+                    refusal = exc  # it let the sequence go (idle, or ended through another gateway)
+            # The pin is stale: the sequence may have started again elsewhere, through another gateway.
+            self._pins.end(model, sequence)
+            tried.append((pin.version, client))
+        deadline = context.deadline or self._clock() + DEFAULT_BUDGET_SECS
+        unreachable: list[str] = []
+        for held_version, client in await self._sequence_order(model, version, context, sequence):
+            if (held_version, client) in tried:
+                continue
+            try:
+                with self._balancer.track(client):
+                    response = await client.infer(_versioned(payload, held_version), _traceparent(context))
+            except SidecarUnreachable as exc:
+                self._balancer.eject(client, exc.message)
+                unreachable.append(client.address)
+                if self._clock() >= deadline:
+                    break
+                continue
+            except TurnoutError as exc:
+                if exc.cause is not Cause.UNKNOWN_SEQUENCE:
+                    raise
+                refusal = exc
+                continue
+            if not sequence.end:
+                self._pins.bind(model, sequence, held_version, client)
+            return response
+        if lost is not None:
+            raise lost
+        if unreachable:
+            raise unavailable(
+                f"sequence {sequence.id} of model '{model}' is held by no replica that could be reached "
+                f"({', '.join(unreachable)} could not be); start the sequence again"
+            )
+        if refusal is None:  # pragma: no cover - `_replicas` raised for a model with no replica
+            raise unavailable(f"no replica of model '{model}' could be reached")
+        raise refusal  # Triton's answer: no replica holds the sequence
+
+    async def _sequence_order(
+        self, model: str, version: str, context: RequestContext, sequence: SequenceFlags
+    ) -> list[tuple[str, SidecarClient]]:
+        """(version, replica) pairs in the order a later request of `sequence` asks them."""
+        if version:
+            versions = [version]
+        else:
+            first = self._start_decision(model, "", context, sequence).version
+            others = sorted((self._registry.ready_versions(model) or frozenset()) - {first}, key=int, reverse=True)
+            versions = [first, *others]
+        key = placement_key(model, sequence)
+        order: list[tuple[str, SidecarClient]] = []
+        for each in versions:
+            order += [(each, client) for client in in_rendezvous_order(key, await self._replicas(model, each))]
+        return order
 
     async def send_shadow(self, model: str, version: str, payload: bytes) -> bytes:
         """One try on one replica of `version`: shadows never fail over or eject."""
@@ -176,6 +268,10 @@ class Dispatcher:
             raise not_found(f"no replica serves '{model}' version {version}")
         with self._balancer.track(client):
             return await client.infer(with_version(payload, version))
+
+
+def _versioned(payload: bytes, version: str) -> bytes:
+    return with_version(payload, version) if version else payload
 
 
 def _traceparent(context: RequestContext) -> str:

@@ -38,16 +38,26 @@ class Balancer:
         """The less loaded of two random healthy candidates not yet tried; ejected ones
         only when nothing else is left. Raises UNAVAILABLE (Triton's queue-full text) when
         every candidate already has `max_inflight` requests: overload is refused at once."""
+        healthy = self._eligible(candidates, tried)
+        if len(healthy) <= 1:
+            return healthy[0] if healthy else None
+        first, second = self._rng.sample(healthy, 2)
+        return first if self._load(first) <= self._load(second) else second
+
+    def first(self, ordered: Sequence[SidecarClient], tried: Sequence[SidecarClient] = ()) -> SidecarClient | None:
+        """The first of `ordered` (a sequence's rendezvous order) that `choose` would
+        consider: not yet tried, healthy while any healthy one is left, under `max_inflight`."""
+        healthy = self._eligible(ordered, tried)
+        return healthy[0] if healthy else None
+
+    def _eligible(self, candidates: Sequence[SidecarClient], tried: Sequence[SidecarClient]) -> list[SidecarClient]:
         fresh = [c for c in candidates if c not in tried]
         healthy = [c for c in fresh if c not in self._ejected] or fresh
         if self._max_inflight and healthy:
             healthy = [c for c in healthy if self._load(c) < self._max_inflight]
             if not healthy:
                 raise unavailable(QUEUE_FULL)
-        if len(healthy) <= 1:
-            return healthy[0] if healthy else None
-        first, second = self._rng.sample(healthy, 2)
-        return first if self._load(first) <= self._load(second) else second
+        return healthy
 
     def _load(self, client: SidecarClient) -> int:
         return self._outstanding.get(client, 0)

@@ -1,18 +1,31 @@
-"""Sequence pinning: every request of a stateful model's sequence goes to the replica and
-version that took its START, since only that replica holds the sequence's slot and state.
+"""Sequence placement: every request of a stateful model's sequence goes to the replica
+and version that took its START, since only that replica holds the sequence's slot and
+state, whichever gateway the request reaches.
 
-A pin is set when the START request leaves, before any await, so the sequence's next
-requests (a stream sends them without waiting) find it; it goes with the END request,
-or once the sequence has been idle longer than the model's max_sequence_idle_microseconds.
+No gateway needs to have seen the START. Its replica is the first of the sequence's
+rendezvous order (`in_rendezvous_order`: replicas ranked by a hash of the sequence and
+the replica's address, the same on every gateway), so a later request asks the replicas
+in that order, and one that does not hold the sequence says so (its error's cause is
+`Cause.UNKNOWN_SEQUENCE`) and the next is asked; a replica joining or leaving between
+START and a later request costs a refusal or two, never a moved sequence.
+
+A gateway that saw the START, or found the sequence, keeps a pin (this module's
+`SequencePins`), so the sequence's next requests go straight there: a pin is set when
+the START request leaves, before any await, so the sequence's next requests (a stream
+sends them without waiting) find it; it goes with the END request, or once the sequence
+has been idle longer than the model's max_sequence_idle_microseconds. A pin is a cache:
+one that cannot be followed (its replica gone, unreachable, or saying it does not hold
+the sequence) is dropped and the order followed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.upstream import SidecarClient
@@ -29,6 +42,25 @@ DEFAULT_IDLE_SECS = 1.0
 # the replica that timed the sequence out and gets Triton's answer from it.
 PIN_GRACE_SECS = 1.0
 CONFIG_TIMEOUT_SECS = 5.0
+
+
+def placement_key(model: str, sequence: SequenceFlags) -> str:
+    """What a sequence's placement hashes: its model and its typed id (7 and "7" are
+    different sequences)."""
+    kind = "string" if isinstance(sequence.id, str) else "uint64"
+    return f"{model}\0{kind}\0{sequence.id}"
+
+
+def _rank(key: str, replica: SidecarClient) -> bytes:
+    # blake2b, not hash(): Python salts str hashes per process, and every gateway must agree.
+    return hashlib.blake2b(f"{replica.address}\0{key}".encode(), digest_size=8).digest()
+
+
+def in_rendezvous_order(key: str, replicas: Sequence[SidecarClient]) -> list[SidecarClient]:
+    """`replicas` ranked for the sequence `key` (highest random weight first): the same
+    order on every gateway that knows the same replicas, and a replica's joining or
+    leaving moves only the sequences it ranks (or ranked) first."""
+    return sorted(replicas, key=lambda replica: _rank(key, replica), reverse=True)
 
 
 @dataclass
@@ -65,7 +97,8 @@ class SequencePins:
         return pin
 
     def bind(self, model: str, sequence: SequenceFlags, version: str, replica: SidecarClient) -> None:
-        """Pin a starting sequence (again, when its START fails over to another replica)."""
+        """Pin a starting sequence (again, when its START fails over to another replica),
+        or one whose later request found it where this gateway had no pin."""
         self._drop_expired()
         key = (model, sequence.id)
         self._pins[key] = Pin(version, replica, self._clock() + self._lifetime(model))

@@ -129,8 +129,11 @@ class VersionChooser:
         requested: str,
         headers: Mapping[str, str],
         ready: Collection[str] | None,
+        draw_key: str = "",
     ) -> Decision:
-        """`ready`: the versions some healthy instance serves (None = unknown: all are)."""
+        """`ready`: the versions some healthy instance serves (None = unknown: all are).
+        `draw_key` (a sequence's) replaces the random draw by weight with the weighted
+        rendezvous choice on it, which every gateway makes alike."""
         if policy is None:
             return Decision(requested, Reason.EXPLICIT if requested else Reason.DEFAULT)
         shadow = self._shadow(policy)
@@ -144,6 +147,9 @@ class VersionChooser:
         if key:
             version = max(live, key=lambda vw: sticky_score(key, vw[0], vw[1]))[0]
             reason = Reason.STICKY
+        elif draw_key:
+            version = max(live, key=lambda vw: sticky_score(draw_key, vw[0], vw[1]))[0]
+            reason = Reason.WEIGHTED
         else:
             version = self._draw(live)
             reason = Reason.WEIGHTED

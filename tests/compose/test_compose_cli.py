@@ -63,6 +63,22 @@ def test_ports_match_the_parsed_flags(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", TURNOUT_SERVICES)
+def test_gateway_and_sidecars_speak_mutual_tls_under_the_mounted_ca(name: str) -> None:
+    service = COMPOSE["services"][name]
+    params, _ = parse(name, service)
+    certs = str(COMPOSE_DIR / "certs")
+    if name == "gateway":
+        files = [params["sidecar_ssl_root_cert"], params["sidecar_ssl_cert"], params["sidecar_ssl_key"]]
+        # Replicas come and go on container addresses: their certificates name the service instead.
+        assert params["sidecar_ssl_server_name"] == "turnout-sidecar"
+    else:
+        assert params["grpc_use_ssl_mutual"] and not params["allow_unauthenticated_network"]
+        files = [params["grpc_root_cert"], params["grpc_server_cert"], params["grpc_server_key"]]
+    assert all(path.startswith(certs + "/") for path in files), files
+    assert f"{certs}/ca.pem" == files[0]
+
+
+@pytest.mark.parametrize("name", TURNOUT_SERVICES)
 def test_stop_grace_period_covers_the_exit_timeout(name: str) -> None:
     service = COMPOSE["services"][name]
     params, _ = parse(name, service)

@@ -1,6 +1,7 @@
 """The compose topology as local processes on loopback: a real Consul agent, then the CPU
 sidecars and the gateway, each started with its compose service's own command and
-environment (addresses and ports remapped to free loopback ones), serving tritonclient."""
+environment (addresses and ports remapped to free loopback ones, certificates made by
+scripts/make-dev-certs), serving tritonclient, with mutual TLS between them."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from protos.ready import GATEWAY_READY, SIDECAR_READY
-from tests.compose.compose_spec import Mounts, load_compose, service_argv, service_environment
+from tests.compose.compose_spec import COMPOSE_DIR, Mounts, load_compose, service_argv, service_environment
 from tests.fleet.fleet_harness import Consul, Process, consul_agent, free_port, running, spawn, wait_until
+from tests.harness import ROOT
 
 COMPOSE = load_compose()
 CPU_SIDECARS = sorted(
@@ -29,8 +32,18 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="module")
-def consul() -> Iterator[Consul]:
-    with consul_agent() as agent:
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the compose files mount at /etc/turnout/certs, made as their README says."""
+    folder = tmp_path_factory.mktemp("certs")
+    subprocess.run([str(ROOT / "scripts" / "make-dev-certs"), str(folder)], check=True, capture_output=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def consul(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Consul]:
+    # As compose's Consul: its checks present consul.pem to the mutual TLS sidecars.
+    check_certs = (str(certs / "ca.pem"), str(certs / "consul.pem"), str(certs / "consul.key"))
+    with consul_agent(config_dir=tmp_path_factory.mktemp("consul"), check_certs=check_certs) as agent:
         yield agent
 
 
@@ -40,10 +53,12 @@ def _local(argv: list[str]) -> list[str]:
     return [program, *argv[1:]]
 
 
-def _environment(name: str, consul: Consul, **remapped: str) -> dict[str, str]:
+def _environment(name: str, consul: Consul, certs: Path, **remapped: str) -> dict[str, str]:
     service = COMPOSE["services"][name]
     mounts = Mounts.of(service)
     environment = {k: mounts.host_path(v) for k, v in service_environment(service).items()}
+    mounted = str(COMPOSE_DIR / "certs")
+    environment = {k: v.replace(mounted, str(certs), 1) for k, v in environment.items()}
     prefix = "TURNOUT_GATEWAY" if name == "gateway" else "TURNOUT_SIDECAR"
     environment[f"{prefix}_CONSUL"] = consul.http
     environment[f"{prefix}_HOST"] = "127.0.0.1"
@@ -78,10 +93,10 @@ def _infer_linear(client: Any, module: Any, headers: dict[str, str] | None = Non
     ), result.as_numpy("OUTPUT0")
 
 
-def test_compose_topology_serves_tritonclient(consul: Consul) -> None:
+def test_compose_topology_serves_tritonclient(consul: Consul, certs: Path) -> None:
     sidecar_env = {
         name: _environment(
-            name, consul, port=str(free_port()), lane_port=str(free_port()), metrics_port=str(free_port())
+            name, consul, certs, port=str(free_port()), lane_port=str(free_port()), metrics_port=str(free_port())
         )
         for name in CPU_SIDECARS
     }
@@ -89,7 +104,7 @@ def test_compose_topology_serves_tritonclient(consul: Consul) -> None:
     with running(*sidecars):
         for name in CPU_SIDECARS:  # the compose health check, as Docker would run it
             assert _healthcheck(name, sidecar_env[name]) == 0, name
-        gateway_env = _environment("gateway", consul, http_port="0", grpc_port="0", metrics_port="0")
+        gateway_env = _environment("gateway", consul, certs, http_port="0", grpc_port="0", metrics_port="0")
         gateway = _start("gateway", gateway_env, GATEWAY_READY)
         with running(gateway):
             http = httpclient.InferenceServerClient(gateway.fields["http"])
@@ -126,3 +141,7 @@ def test_compose_topology_serves_tritonclient(consul: Consul) -> None:
                 consul.delete(f"/v1/kv/{prefix}linear")
             http.close()
             grpc.close()
+        # The sidecars answer only holders of a certificate the CA signed: not a plain client.
+        plain = grpcclient.InferenceServerClient(sidecars[0].fields["grpc"])
+        with plain, pytest.raises(InferenceServerException):
+            plain.is_server_live(client_timeout=5)

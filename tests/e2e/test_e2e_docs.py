@@ -68,6 +68,7 @@ class Session:
     def __init__(self, folder: Path, default: str = "") -> None:
         self.folder = folder
         (folder / "model_repository").symlink_to(ROOT / "model_repository")  # "from the checkout"
+        (folder / "scripts").symlink_to(ROOT / "scripts")
         self.default = default  # the command of the document's own server ("" for none)
         self.section = ""  # the section whose server block runs now ("" for the default)
         bin_dir = str(Path(sys.executable).parent)

@@ -129,7 +129,8 @@ class Consul:
     In production form, given a `config_dir` to write its config in: with `acl_master`,
     ACLs on with default deny (the harness's own calls send the master token); with `pki`,
     also HTTPS on `https` with that CA's server certificate, requiring client
-    certificates when `verify_incoming`."""
+    certificates when `verify_incoming`; with `check_certs` (CA, certificate, key files),
+    its health checks present that certificate, as mutual TLS sidecars want."""
 
     def __init__(
         self,
@@ -141,6 +142,7 @@ class Consul:
         acl_master: str = "",
         pki: Pki | None = None,
         verify_incoming: bool = False,
+        check_certs: tuple[str, str, str] | None = None,
     ) -> None:
         self.http = f"{clients[0]}:{free_port(clients[0])}"
         self.https = f"{clients[0]}:{free_port(clients[0])}" if pki is not None else ""
@@ -165,6 +167,10 @@ class Consul:
             config.append(f"ports {{ https = {self.https.rsplit(':', 1)[1]} }}")
             config.append(f'ca_file = "{pki.ca}"\ncert_file = "{pki.server_cert}"\nkey_file = "{pki.server_key}"')
             config.append(f"verify_incoming_https = {str(verify_incoming).lower()}")
+        if check_certs is not None:
+            ca, cert, key = check_certs
+            config.append(f'ca_file = "{ca}"\ncert_file = "{cert}"\nkey_file = "{key}"')
+            config.append("enable_agent_tls_for_checks = true")
         if config:
             assert config_dir is not None, "ACLs and TLS need a config_dir"
             path = config_dir / "consul.hcl"

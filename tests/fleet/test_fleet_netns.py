@@ -80,7 +80,8 @@ def test_sidecars_in_namespaces_fail_over_when_a_link_is_cut(fleet_repository: P
         try:
             (ns_a, addr_a, link_a), (ns_b, addr_b, _), (ns_gw, addr_gw, _) = spaces
             service = "netns"
-            flags = (f"--consul-service={service}", "--consul-check-interval=500ms")
+            # A test network of namespaces on this machine alone: no TLS to make here.
+            flags = (f"--consul-service={service}", "--consul-check-interval=500ms", "--allow-unauthenticated-network")
             one = sidecar(agent.http, fleet_repository, f"--host={addr_a}", *flags, python=_in(ns_a))
             two = sidecar(agent.http, fleet_repository, f"--host={addr_b}", *flags, python=_in(ns_b))
             gw = gateway(agent.http, f"--consul-service={service}", f"--host={addr_gw}", python=_in(ns_gw))

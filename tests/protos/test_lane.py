@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import struct
 import time
@@ -10,7 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from protos.lane import MAX_FRAME, TLS_HANDSHAKE_TIMEOUT_SECS, Kind, LaneClient, LaneServer, decode_error
+from protos.lane import (
+    LANE_PROTOCOL,
+    MAX_FRAME,
+    TLS_HANDSHAKE_TIMEOUT_SECS,
+    Kind,
+    LaneClient,
+    LaneMismatch,
+    LaneServer,
+    decode_error,
+    encode_error,
+    hello,
+    read_hello,
+)
 from protos.rpc import MAX_MESSAGE_BYTES
 from protos.status import Status, TurnoutError
 from tests.pki import Pki
@@ -188,6 +201,25 @@ async def test_a_tls_client_of_a_plain_lane_gives_up_after_the_handshake_timeout
 # --- frame limits ---
 
 SMALL_FRAME = 64 * 1024
+HEADER = struct.Struct("<IQB")
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
+    length, call_id, kind = HEADER.unpack(await asyncio.wait_for(reader.readexactly(HEADER.size), 10))
+    return call_id, kind, await reader.readexactly(length)
+
+
+def frame(call_id: int, kind: int, payload: bytes) -> bytes:
+    return HEADER.pack(len(payload), call_id, kind) + payload
+
+
+async def greeted(address: str, version: int = LANE_PROTOCOL) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw peer of a LaneServer that has said HELLO (and read the answer)."""
+    reader, writer = await asyncio.open_unix_connection(address[5:])
+    writer.write(frame(0, Kind.HELLO, hello(MAX_FRAME, version)))
+    call_id, kind, payload = await read_frame(reader)
+    assert (call_id, kind, read_hello(payload)) == (0, Kind.HELLO, (LANE_PROTOCOL, MAX_FRAME))
+    return reader, writer
 
 
 async def test_the_limit_carries_the_largest_grpc_message_and_its_request_id() -> None:
@@ -195,63 +227,54 @@ async def test_the_limit_carries_the_largest_grpc_message_and_its_request_id() -
     assert MAX_FRAME < 2**32  # the header's u32 length can say it
 
 
-async def test_a_client_refuses_to_send_a_frame_over_its_limit(tmp_path) -> None:
-    server = LaneServer(_handler)
-    client = LaneClient(await start(server, "unix", tmp_path), max_frame=SMALL_FRAME)
+@pytest.mark.parametrize("kind", ["unix", "tcp"])
+async def test_a_client_refuses_a_frame_over_the_limit_its_sidecar_stated(tmp_path, kind) -> None:
+    server = LaneServer(_handler, max_frame=SMALL_FRAME)
+    client = LaneClient(await start(server, kind, tmp_path))  # a larger limit of its own
     try:
         with pytest.raises(TurnoutError) as caught:
             await client.call(bytes(SMALL_FRAME), "id")
         assert caught.value.status is Status.INVALID_ARG
         assert caught.value.message == f"Sent message larger than max ({SMALL_FRAME + 3} vs. {SMALL_FRAME})"
-        assert await client.call(b"ok") == b"ko"
-    finally:
-        client.close()
-        server.stop_accepting()
-
-
-@pytest.mark.parametrize("kind", ["unix", "tcp"])
-async def test_a_request_frame_over_the_limit_is_refused_and_the_lane_keeps_serving(tmp_path, kind) -> None:
-    server = LaneServer(_handler, max_frame=SMALL_FRAME)
-    client = LaneClient(await start(server, kind, tmp_path))  # a peer with a larger limit
-    try:
-        payload = bytes(range(256)) * 4096  # 1 MiB, dropped as it arrives
-        with pytest.raises(TurnoutError) as caught:
-            await client.call(payload)
-        assert caught.value.status is Status.INVALID_ARG
-        assert caught.value.message == f"Received message larger than max ({len(payload) + 1} vs. {SMALL_FRAME})"
-        # The refused frame's bytes were skipped exactly: the frames after it parse.
+        # Nothing was sent: the connection serves on, up to the limit itself.
         replies = await asyncio.gather(*(client.call(b"after-%d" % i) for i in range(20)))
         assert replies == [(b"after-%d" % i)[::-1] for i in range(20)]
-        assert await client.call(bytes(SMALL_FRAME - 1)) == bytes(SMALL_FRAME - 1)  # the limit itself passes
+        assert await client.call(bytes(SMALL_FRAME - 1)) == bytes(SMALL_FRAME - 1)
     finally:
         client.close()
         server.stop_accepting()
 
 
-async def test_a_frame_that_claims_4_gib_is_answered_from_its_header_alone(tmp_path) -> None:
+async def test_a_frame_that_claims_4_gib_closes_that_connection_from_its_header_alone(tmp_path, caplog) -> None:
     server = LaneServer(_handler)
     address = await start(server, "unix", tmp_path)
-    reader, writer = await asyncio.open_unix_connection(address[5:])
-    header = struct.Struct("<IQB")
+    bystander = LaneClient(address)
+    assert await bystander.call(b"before") == b"erofeb"
+    reader, writer = await greeted(address)
     try:
         # The length says 4 GiB - 1 and no payload follows: the answer cannot wait for it.
-        writer.write(header.pack(2**32 - 1, 7, Kind.INFER) + b"\0" * 1000)
-        length, call_id, kind = header.unpack(await asyncio.wait_for(reader.readexactly(header.size), 10))
-        error = decode_error(await reader.readexactly(length))
+        with caplog.at_level(logging.ERROR, "protos.lane"):
+            writer.write(HEADER.pack(2**32 - 1, 7, Kind.INFER) + b"\0" * 1000)
+            call_id, kind, payload = await read_frame(reader)
+            assert await asyncio.wait_for(reader.read(), 10) == b""  # and then the connection closes
+        error = decode_error(payload)
         assert (call_id, kind) == (7, Kind.ERROR)
         assert (error.status, error.message) == (
             Status.INVALID_ARG,
             f"Received message larger than max ({2**32 - 1} vs. {MAX_FRAME})",
         )
+        assert f"closing the lane connection from {address}" in caplog.text
+        assert f"it sent a frame of {2**32 - 1} bytes, over the limit of {MAX_FRAME}" in caplog.text
+        assert await bystander.call(b"after") == b"retfa"  # other connections never noticed
     finally:
         writer.close()
+        bystander.close()
         server.stop_accepting()
 
 
-async def test_a_reply_over_the_limit_becomes_an_error_on_either_end(tmp_path) -> None:
-    # The sidecar will not send a reply over its own limit...
-    server = LaneServer(_handler, max_frame=SMALL_FRAME)
-    client = LaneClient(await start(server, "unix", tmp_path))
+async def test_a_reply_over_the_gateways_stated_limit_becomes_an_error(tmp_path) -> None:
+    server = LaneServer(_handler)
+    client = LaneClient(await start(server, "unix", tmp_path), max_frame=SMALL_FRAME)
     try:
         with pytest.raises(TurnoutError) as caught:
             await client.call(b"grow:%d" % (SMALL_FRAME + 1))
@@ -259,23 +282,180 @@ async def test_a_reply_over_the_limit_becomes_an_error_on_either_end(tmp_path) -
             Status.INTERNAL,
             f"Sent message larger than max ({SMALL_FRAME + 1} vs. {SMALL_FRAME})",
         )
-    finally:
-        client.close()
-        server.stop_accepting()
-    # ...and the gateway drops one over its limit, and keeps the connection.
-    server = LaneServer(_handler)
-    client = LaneClient(await start(server, "tcp", tmp_path), max_frame=SMALL_FRAME)
-    try:
-        with pytest.raises(TurnoutError) as caught:
-            await client.call(b"grow:%d" % (4 * SMALL_FRAME))
-        assert (caught.value.status, caught.value.message) == (
-            Status.INTERNAL,
-            f"Received message larger than max ({4 * SMALL_FRAME} vs. {SMALL_FRAME})",
-        )
         assert await client.call(b"ok") == b"ko"
     finally:
         client.close()
         server.stop_accepting()
+
+
+class RawSidecar:
+    """A lane peer that answers as `script` says: (call_id, kind, payload) in, bytes out."""
+
+    def __init__(self, script) -> None:
+        self.script = script
+        self.connections = 0
+        self._writers: list[asyncio.StreamWriter] = []
+        self._server: asyncio.Server | None = None
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._writers.append(writer)
+        try:
+            while True:
+                length, call_id, kind = HEADER.unpack(await reader.readexactly(HEADER.size))
+                writer.write(self.script(call_id, kind, await reader.readexactly(length)))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return f"{host}:{port}"
+
+    def close(self) -> None:
+        for writer in self._writers:
+            writer.close()
+        if self._server is not None:
+            self._server.close()
+
+
+def answers_hello(version: int = LANE_PROTOCOL):
+    def script(call_id: int, kind: int, payload: bytes) -> bytes:
+        if kind == Kind.HELLO:
+            return frame(0, Kind.HELLO, hello(MAX_FRAME, version))
+        payload = payload[1 + payload[0] :]  # past the request id
+        if payload == b"huge":  # a header over the gateway's limit, and never its payload
+            return HEADER.pack(SMALL_FRAME + 1, call_id, Kind.REPLY)
+        if payload == b"slow":
+            return b""
+        return frame(call_id, Kind.REPLY, payload[::-1])
+
+    return script
+
+
+async def test_a_sidecar_frame_over_the_gateways_limit_closes_the_connection(caplog) -> None:
+    fake = RawSidecar(answers_hello())
+    address = await fake.start()
+    client = LaneClient(address, max_frame=SMALL_FRAME)
+    try:
+        waiting = asyncio.ensure_future(client.call(b"slow"))
+        await asyncio.sleep(0.05)
+        with caplog.at_level(logging.ERROR, "protos.lane"), pytest.raises(TurnoutError) as caught:
+            await client.call(b"huge")
+        assert (caught.value.status, caught.value.message) == (
+            Status.INTERNAL,
+            f"Received message larger than max ({SMALL_FRAME + 1} vs. {SMALL_FRAME})",
+        )
+        size = SMALL_FRAME + 1
+        why = f"the sidecar at {address} sent a frame of {size} bytes, over this gateway's limit of {SMALL_FRAME}"
+        assert why in caplog.text
+        # The other call in flight on that connection learns why it was lost.
+        with pytest.raises(TurnoutError) as lost:
+            await asyncio.wait_for(waiting, 10)
+        assert lost.value.status is Status.UNAVAILABLE
+        assert lost.value.message == f"connection to sidecar lost: {why}; the connection was closed"
+        assert await client.call(b"again") == b"niaga"  # a fresh connection
+        assert fake.connections == 2
+    finally:
+        client.close()
+        fake.close()
+
+
+# --- the handshake ---
+
+
+@pytest.mark.parametrize("theirs, upgrade", [(LANE_PROTOCOL + 1, "gateway"), (LANE_PROTOCOL - 1, "sidecar")])
+async def test_a_sidecar_of_another_version_is_refused_in_clear_words(theirs: int, upgrade: str) -> None:
+    server = RawSidecar(answers_hello(theirs))
+    address = await server.start()
+    client = LaneClient(address)
+    try:
+        for _ in range(2):  # every connection attempt says the same
+            with pytest.raises(LaneMismatch) as caught:
+                await client.call(b"x")
+            assert caught.value.status is Status.UNAVAILABLE
+            assert caught.value.message.startswith(f"the sidecar at {address} speaks lane protocol {theirs}")
+            assert caught.value.message.endswith(
+                f", this gateway speaks {LANE_PROTOCOL}; upgrade the {upgrade} so both speak the same version"
+            )
+    finally:
+        client.close()
+        server.close()
+
+
+async def test_a_sidecar_from_before_the_handshake_is_named_as_such() -> None:
+    # Such a sidecar takes the HELLO for a request and answers it with an error.
+    def before(call_id: int, kind: int, payload: bytes) -> bytes:
+        return frame(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, "Error parsing message")))
+
+    server = RawSidecar(before)
+    address = await server.start()
+    client = LaneClient(address)
+    try:
+        with pytest.raises(LaneMismatch) as caught:
+            await client.call(b"x")
+        assert caught.value.message == (
+            f"the sidecar at {address} speaks lane protocol 1 (it predates the lane handshake), this gateway "
+            f"speaks {LANE_PROTOCOL}; upgrade the sidecar so both speak the same version"
+        )
+    finally:
+        client.close()
+        server.close()
+
+
+async def test_a_sidecar_refuses_a_gateway_of_another_version(tmp_path, caplog) -> None:
+    server = LaneServer(_handler)
+    address = await start(server, "unix", tmp_path)
+    try:
+        with caplog.at_level(logging.ERROR, "protos.lane"):
+            for _ in range(3):  # a gateway's readiness probes try again and again
+                reader, writer = await asyncio.open_unix_connection(address[5:])
+                writer.write(frame(0, Kind.HELLO, hello(MAX_FRAME, LANE_PROTOCOL + 1)))
+                call_id, kind, payload = await read_frame(reader)
+                assert (call_id, kind, read_hello(payload)) == (0, Kind.HELLO, (LANE_PROTOCOL, MAX_FRAME))  # its own
+                assert await asyncio.wait_for(reader.read(), 10) == b""  # ...and closes
+                writer.close()
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert said == [
+            f"refusing a lane connection: the gateway at {address} speaks lane protocol {LANE_PROTOCOL + 1}, "
+            f"this sidecar speaks {LANE_PROTOCOL}; upgrade the sidecar so both speak the same version"
+        ]  # once, not once per attempt
+    finally:
+        server.stop_accepting()
+
+
+async def test_a_gateway_from_before_the_handshake_gets_its_request_refused_in_words(tmp_path) -> None:
+    server = LaneServer(_handler)
+    address = await start(server, "unix", tmp_path)
+    try:
+        reader, writer = await asyncio.open_unix_connection(address[5:])
+        writer.write(frame(3, Kind.INFER, b"\0ping"))  # no HELLO: straight to a request
+        call_id, kind, payload = await read_frame(reader)
+        error = decode_error(payload)
+        assert (call_id, kind, error.status) == (3, Kind.ERROR, Status.UNAVAILABLE)
+        assert error.message == (
+            f"the gateway at {address} speaks lane protocol 1 (it predates the lane handshake), this sidecar "
+            f"speaks {LANE_PROTOCOL}; upgrade the gateway so both speak the same version"
+        )
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+    finally:
+        server.stop_accepting()
+
+
+async def test_a_sidecar_that_never_answers_the_handshake_is_given_up_on(monkeypatch) -> None:
+    server = RawSidecar(lambda *frame: b"")
+    address = await server.start()
+    monkeypatch.setattr("protos.lane.HELLO_TIMEOUT_SECS", 0.2)
+    client = LaneClient(address)
+    try:
+        with pytest.raises(TurnoutError) as caught:
+            await client.call(b"x")
+        assert caught.value.message == f"the sidecar at {address} did not answer the lane handshake"
+    finally:
+        client.close()
+        server.close()
 
 
 @pytest.mark.parametrize("kind", ["unix", "tcp"])

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from protos.statistics import VersionStatistics
-from protos.status import Status, TurnoutError
+from protos.status import Cause, Status, TurnoutError
 from sidecars.runtime import Tensors
 from sidecars.sequence import SequenceBatcher
 from sidecars.sequence_config import SequenceTensors
@@ -235,6 +235,8 @@ async def test_a_request_that_breaks_the_sequence_rules_fails_with_tritons_text(
     with pytest.raises(TurnoutError) as failure:
         await model.batcher.submit(request)
     assert (failure.value.status, failure.value.message) == (status, text)
+    # Only a later request of a sequence this replica does not hold says so to the gateway.
+    assert (failure.value.cause is Cause.UNKNOWN_SEQUENCE) == (sequence != 0 and rows == 1)
     assert model.batches() == []
 
 

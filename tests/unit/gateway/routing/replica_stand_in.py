@@ -9,7 +9,9 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from gateway.upstream import SidecarUnreachable
-from protos.status import Status, TurnoutError
+from protos import grpc_service_pb2 as pb
+from protos.sequence import read_sequence
+from protos.status import Cause, Status, TurnoutError
 
 M = TypeVar("M", bound=Message)
 
@@ -93,3 +95,31 @@ async def let_background_tasks_run(turns: int = 10) -> None:
     the event loop; no time passes."""
     for _ in range(turns):
         await asyncio.sleep(0)
+
+
+class SequenceHoldingReplica(StandInReplica):
+    """A replica of a stateful model, as its sequence batcher answers: a START takes the
+    sequence (per version), an END lets it go, and a later request of a sequence it does
+    not hold is refused with Triton's text and `Cause.UNKNOWN_SEQUENCE`. `held` is the
+    (version, sequence id) pairs it holds."""
+
+    def __init__(self, name: str, *, journal: list[str] | None = None) -> None:
+        super().__init__(name, journal=journal)
+        self.held: set[tuple[str, int | str]] = set()
+
+    async def infer(self, encoded: bytes, traceparent: str = "") -> bytes:
+        answer = await super().infer(encoded, traceparent)
+        request = pb.ModelInferRequest.FromString(encoded)
+        sequence = read_sequence(request.parameters)
+        held = (request.model_version, sequence.id)
+        if sequence.start:
+            self.held.add(held)
+        elif held not in self.held:
+            message = (
+                f"inference request for sequence {sequence.id} to model '{request.model_name}' must specify the "
+                "START flag on the first request of the sequence"
+            )
+            raise TurnoutError(Status.INVALID_ARG, message, Cause.UNKNOWN_SEQUENCE)
+        if sequence.end:
+            self.held.discard(held)
+        return answer

@@ -21,14 +21,18 @@ from gateway.metrics import GatewayMetrics
 from gateway.routing.dispatch import DEFAULT_BUDGET_SECS, Dispatcher, with_version
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.replicas import Balancer
-from gateway.routing.sequences import DEFAULT_IDLE_SECS, PIN_GRACE_SECS
+from gateway.routing.sequences import DEFAULT_IDLE_SECS, PIN_GRACE_SECS, in_rendezvous_order, placement_key
 from gateway.routing.versions import Reason, parse_policy
 from gateway.upstream import SidecarUnreachable
 from protos import grpc_service_pb2 as pb
 from protos.sequence import SequenceFlags
-from protos.status import Status, TurnoutError, invalid_arg
+from protos.status import Cause, Status, TurnoutError, invalid_arg
 from tests.unit.fake_clock import FakeClock
-from tests.unit.gateway.routing.replica_stand_in import StandInReplica, let_background_tasks_run
+from tests.unit.gateway.routing.replica_stand_in import (
+    SequenceHoldingReplica,
+    StandInReplica,
+    let_background_tasks_run,
+)
 
 MODEL = "simple"
 PAYLOAD = pb.ModelInferRequest(model_name=MODEL, id="r1").SerializeToString()
@@ -296,31 +300,179 @@ async def test_a_version_nobody_knows_is_counted_as_other(balancer: Balancer, me
 # --- sequences -----------------------------------------------------------------------
 
 
-async def test_a_started_sequence_stays_on_its_replica_even_when_another_is_less_loaded(
+def ranked(sequence_id: int, *replicas: StandInReplica) -> list[StandInReplica]:
+    """`replicas` in the rendezvous order of sequence `sequence_id` of MODEL."""
+    key = placement_key(MODEL, SequenceFlags(sequence_id, False, False))
+    return in_rendezvous_order(key, list(replicas))  # type: ignore[arg-type]
+
+
+def sequence_payload(sequence_id: int, *, start: bool = False, end: bool = False) -> bytes:
+    request = pb.ModelInferRequest(model_name=MODEL)
+    request.parameters["sequence_id"].int64_param = sequence_id
+    request.parameters["sequence_start"].bool_param = start
+    request.parameters["sequence_end"].bool_param = end
+    return request.SerializeToString()
+
+
+async def infer(dispatcher: Dispatcher, sequence_id: int, *, start: bool = False, end: bool = False) -> bytes:
+    """One request of a sequence as `gateway.core` sends it: the decision's version set in
+    the payload, then `send`."""
+    context = in_sequence(sequence_id, start=start, end=end)
+    version = dispatcher.decide(MODEL, "", context).version
+    payload = sequence_payload(sequence_id, start=start, end=end)
+    return await dispatcher.send(MODEL, version, with_version(payload, version) if version else payload, context)
+
+
+async def test_a_start_goes_to_the_first_replica_of_its_rendezvous_order_whatever_the_loads(
     balancer: Balancer, metrics: GatewayMetrics
 ) -> None:
     a, b = StandInReplica("a"), StandInReplica("b")
     dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}}), balancer, metrics)
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, b, 1)
-        assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, start=True)) == b"a"
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, a, 5)
-        answers = {await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7)) for _ in range(20)}
-    assert answers == {b"a"}
-    assert b.received == []
+    firsts = set()
+    for sequence_id in range(1, 21):
+        first = ranked(sequence_id, a, b)[0]
+        firsts.add(first)
+        with contextlib.ExitStack() as stack:
+            busy(balancer, stack, first, 5)
+            assert (
+                await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(sequence_id, start=True)) == first.name.encode()
+            )
+            assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(sequence_id)) == first.name.encode()
+    assert firsts == {a, b}  # the order spreads sequences over replicas
+    await let_background_tasks_run()
+
+
+def test_the_rendezvous_order_moves_only_the_sequences_of_a_replica_that_left() -> None:
+    replicas = [StandInReplica(name) for name in "abcd"]
+    before = {i: ranked(i, *replicas)[0] for i in range(200)}
+    after = {i: ranked(i, *replicas[:3])[0] for i in range(200)}
+    moved = {i for i in before if before[i] is not after[i]}
+    assert moved == {i for i in before if before[i] is replicas[3]} and moved
+    assert ranked(7, *replicas) == ranked(7, *reversed(replicas))  # the order of discovery does not matter
+    assert placement_key(MODEL, SequenceFlags(7, True, False)) != placement_key(MODEL, SequenceFlags("7", True, False))
+
+
+async def test_another_gateway_finds_the_replica_and_version_of_a_start_it_never_saw(
+    rng: random.Random, metrics: GatewayMetrics
+) -> None:
+    replicas = [SequenceHoldingReplica(name) for name in "abc"]
+    fleet = StandInFleet({replica: {MODEL: {"1", "2"}} for replica in replicas})
+    policy = {MODEL: {"weights": {"1": 50, "2": 50}}}
+    gateways = [
+        make_dispatcher(fleet, Balancer(random.Random(seed), metrics), metrics, policy) for seed in (1, 2)
+    ]  # two gateways, differently seeded: only the sequence id decides
+    for sequence_id in range(1, 41):
+        assert await infer(gateways[0], sequence_id, start=True)
+    holders = {
+        sequence_id: [r for r in replicas for v, i in r.held if i == sequence_id] for sequence_id in range(1, 41)
+    }
+    versions = {v for r in replicas for v, _ in r.held}
+    assert versions == {"1", "2"} and all(len(h) == 1 for h in holders.values())
+    for replica in replicas:
+        replica.received.clear()
+    for sequence_id in range(1, 41):
+        (holder,) = holders[sequence_id]
+        assert await infer(gateways[1], sequence_id) == holder.name.encode()
+        assert await infer(gateways[sequence_id % 2], sequence_id, end=True) == holder.name.encode()
+    assert sum(len(r.received) for r in replicas) == 80  # each found at the first try
+    assert not any(r.held for r in replicas)
+    await let_background_tasks_run()
+
+
+async def test_a_replica_that_joined_after_the_start_refuses_and_the_holder_answers(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    a, b, newcomer = (SequenceHoldingReplica(name) for name in ("a", "b", "newcomer"))
+    sequence_id = next(i for i in range(1, 100) if ranked(i, a, b, newcomer)[0] is newcomer)
+    (holder,) = ranked(sequence_id, a, b)[:1]
+    fleet = StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}})
+    assert await infer(make_dispatcher(fleet, balancer, metrics), sequence_id, start=True) == holder.name.encode()
+    fleet = StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}, newcomer: {MODEL: {"1"}}})
+    other_gateway = make_dispatcher(fleet, balancer, metrics)
+    assert await infer(other_gateway, sequence_id) == holder.name.encode()
+    assert len(newcomer.received) == 1  # it refused; the holder answered
+    assert await infer(other_gateway, sequence_id) == holder.name.encode()
+    assert len(newcomer.received) == 1  # the gateway pinned what it found
+    await let_background_tasks_run()
+
+
+async def test_a_sequence_no_replica_holds_gets_tritons_answer(balancer: Balancer, metrics: GatewayMetrics) -> None:
+    a, b = SequenceHoldingReplica("a"), SequenceHoldingReplica("b")
+    dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}}), balancer, metrics)
+    with pytest.raises(TurnoutError) as info:
+        await infer(dispatcher, 7)
+    assert info.value.status is Status.INVALID_ARG
+    assert info.value.message == (
+        f"inference request for sequence 7 to model '{MODEL}' must specify the START flag on the first request of "
+        "the sequence"
+    )
+    assert len(a.received) == len(b.received) == 1  # each asked once
+
+
+async def test_a_sequence_whose_holder_cannot_be_reached_fails_clearly_on_a_gateway_without_its_pin(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    a, b = SequenceHoldingReplica("a"), SequenceHoldingReplica("b")
+    fleet = StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}})
+    holder, survivor = ranked(7, a, b)
+    await infer(make_dispatcher(fleet, balancer, metrics), 7, start=True)
+    holder.go_down()
+    with pytest.raises(TurnoutError) as info:
+        await infer(make_dispatcher(fleet, balancer, metrics), 7)
+    assert info.value.status is Status.UNAVAILABLE
+    assert info.value.message == (
+        f"sequence 7 of model '{MODEL}' is held by no replica that could be reached ({holder.address} could not be);"
+        " start the sequence again"
+    )
+    assert len(survivor.received) == 1
+    # A new sequence starts on the survivor.
+    new_id = next(i for i in range(8, 100) if ranked(i, a, b)[0] is holder)
+    assert await infer(make_dispatcher(fleet, balancer, metrics), new_id, start=True) == survivor.name.encode()
+
+
+async def test_a_stale_pin_is_dropped_and_the_order_followed(balancer: Balancer, metrics: GatewayMetrics) -> None:
+    a, b = SequenceHoldingReplica("a"), SequenceHoldingReplica("b")
+    fleet = StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}})
+    first, second = ranked(7, a, b)
+    one, other = make_dispatcher(fleet, balancer, metrics), make_dispatcher(fleet, balancer, metrics)
+    first.go_down()
+    assert await infer(one, 7, start=True) == second.name.encode()  # `one` pins it to `second`
+    first.come_back()
+    await let_background_tasks_run()
+    assert await infer(other, 7, end=True) == second.name.encode()
+    assert await infer(other, 7, start=True) == first.name.encode()  # started again, elsewhere
+    assert await infer(one, 7) == first.name.encode()  # the pin on `second` was refused, then dropped
+    assert await infer(one, 7) == first.name.encode()
+    await let_background_tasks_run()
+
+
+async def test_a_pinned_sequence_its_replica_let_go_gets_tritons_answer_from_it(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    a = SequenceHoldingReplica("a")
+    dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}}), balancer, metrics)
+    await infer(dispatcher, 7, start=True)
+    a.held.clear()  # as a sidecar releases a sequence idle for too long
+    with pytest.raises(TurnoutError) as info:
+        await infer(dispatcher, 7)
+    assert info.value.status is Status.INVALID_ARG and info.value.cause is Cause.UNKNOWN_SEQUENCE
+    assert len(a.received) == 2  # asked once, through its pin
     await let_background_tasks_run()
 
 
 async def test_later_requests_of_a_sequence_keep_the_version_of_its_start(
     balancer: Balancer, metrics: GatewayMetrics
 ) -> None:
-    a = StandInReplica("a")
+    a = SequenceHoldingReplica("a")
     fleet = StandInFleet({a: {MODEL: {"1", "2"}}})
     dispatcher = make_dispatcher(fleet, balancer, metrics, {MODEL: {"weights": {"1": 50, "2": 50}}})
-    await dispatcher.send(MODEL, "2", PAYLOAD, in_sequence(7, start=True))
-    decisions = {dispatcher.decide(MODEL, "", in_sequence(7)) for _ in range(20)}
-    assert {(d.version, d.reason) for d in decisions} == {("2", Reason.SEQUENCE)}
+    context = in_sequence(7, start=True)
+    await dispatcher.send(MODEL, "2", with_version(sequence_payload(7, start=True), "2"), context)
+    decision = dispatcher.decide(MODEL, "", in_sequence(7))
+    assert (decision.version, decision.reason) == ("", Reason.SEQUENCE)  # `send` finds it
+    for _ in range(5):
+        await dispatcher.send(MODEL, "", sequence_payload(7), in_sequence(7))
+    assert {pb.ModelInferRequest.FromString(r).model_version for r in a.received} == {"2"}
     await let_background_tasks_run()
     assert [request.version for request in a.config_requests] == ["2"]
 
@@ -334,6 +486,25 @@ async def test_a_sequence_start_without_a_policy_is_routed_to_the_newest_ready_v
     assert decision.version == "10"
 
 
+async def test_a_weighted_sequence_start_is_chosen_by_its_id_alike_on_every_gateway(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    fleet = StandInFleet({StandInReplica("a"): {MODEL: {"1", "2"}}})
+    policy = {MODEL: {"weights": {"1": 30, "2": 70}}}
+    one, other = make_dispatcher(fleet, balancer, metrics, policy), make_dispatcher(fleet, balancer, metrics, policy)
+    other._chooser = type(other._chooser)(random.Random(99))
+    chosen = [one.decide(MODEL, "", in_sequence(i, start=True)) for i in range(1, 401)]
+    assert chosen == [other.decide(MODEL, "", in_sequence(i, start=True)) for i in range(1, 401)]
+    share = sum(d.version == "2" for d in chosen) / len(chosen)
+    assert 0.6 < share < 0.8 and {d.reason for d in chosen} == {Reason.WEIGHTED}
+    # A sticky key, where the policy has one, decides as for any request of its user.
+    sticky = {MODEL: {"weights": {"1": 30, "2": 70}, "sticky_header": "x-user"}}
+    dispatcher = make_dispatcher(fleet, balancer, metrics, sticky)
+    context = RequestContext(headers={"x-user": "ann"}, sequence=SequenceFlags(5, True, False))
+    plain = dispatcher.decide(MODEL, "", RequestContext(headers={"x-user": "ann"}))
+    assert dispatcher.decide(MODEL, "", context).version == plain.version
+
+
 async def test_a_sequence_start_is_never_shadowed(balancer: Balancer, metrics: GatewayMetrics) -> None:
     fleet = StandInFleet({StandInReplica("a"): {MODEL: {"1", "2"}}})
     policy = {"weights": {"1": 1}, "shadow": {"version": "2", "fraction": 1.0}}
@@ -343,108 +514,98 @@ async def test_a_sequence_start_is_never_shadowed(balancer: Balancer, metrics: G
     assert (decision.version, decision.shadow) == ("1", "")
 
 
-async def test_a_pinned_replica_that_cannot_be_reached_fails_the_request_without_failover(
+async def test_a_pinned_replica_that_cannot_be_reached_fails_the_request_without_moving_it(
     balancer: Balancer, metrics: GatewayMetrics
 ) -> None:
-    a, b = StandInReplica("a"), StandInReplica("b")
+    a, b = SequenceHoldingReplica("a"), SequenceHoldingReplica("b")
+    holder, other = ranked(7, a, b)
     dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}}), balancer, metrics)
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, b, 1)
-        await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, start=True))
-    a.go_down()
+    await infer(dispatcher, 7, start=True)
+    holder.go_down()
     with pytest.raises(TurnoutError) as info:
-        await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7))
+        await infer(dispatcher, 7)
     assert info.value.status is Status.UNAVAILABLE
     assert info.value.message == (
-        f"sequence 7 of model '{MODEL}' was started on replica {a.address}, which could not be reached;"
+        f"sequence 7 of model '{MODEL}' was started on replica {holder.address}, which could not be reached;"
         " start the sequence again"
     )
     assert isinstance(info.value.__cause__, SidecarUnreachable)
-    assert b.received == []
+    assert len(other.received) == 1 and not other.held  # asked, in case it started again there; it refused
     assert balancer.ejected_count() == 1
+    await let_background_tasks_run()
 
 
 async def test_a_pinned_replica_that_left_the_fleet_fails_the_request(
     balancer: Balancer, metrics: GatewayMetrics
 ) -> None:
-    a, b = StandInReplica("a"), StandInReplica("b")
+    a, b = SequenceHoldingReplica("a"), SequenceHoldingReplica("b")
+    holder, other = ranked(7, a, b)
     fleet = StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}})
     dispatcher = make_dispatcher(fleet, balancer, metrics)
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, b, 1)
-        await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, start=True))
-    fleet.remove(a)
+    await infer(dispatcher, 7, start=True)
+    fleet.remove(holder)
     with pytest.raises(TurnoutError) as info:
-        await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7))
+        await infer(dispatcher, 7)
     assert info.value.status is Status.UNAVAILABLE
     assert info.value.message == (
-        f"sequence 7 of model '{MODEL}' was started on replica {a.address}, which no longer serves it;"
+        f"sequence 7 of model '{MODEL}' was started on replica {holder.address}, which no longer serves it;"
         " start the sequence again"
     )
-    assert len(a.received) == 1 and b.received == []
+    assert len(holder.received) == 1 and len(other.received) == 1
+    await let_background_tasks_run()
 
 
-async def test_end_goes_to_the_pinned_replica_and_clears_the_pin(balancer: Balancer, metrics: GatewayMetrics) -> None:
-    a, b = StandInReplica("a"), StandInReplica("b")
+async def test_a_sequence_started_again_through_another_gateway_after_its_replica_died_is_found(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    a, b = SequenceHoldingReplica("a"), SequenceHoldingReplica("b")
+    holder, survivor = ranked(7, a, b)
+    fleet = StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}})
+    one, other = make_dispatcher(fleet, balancer, metrics), make_dispatcher(fleet, balancer, metrics)
+    await infer(one, 7, start=True)  # `one` pins it to `holder`
+    holder.go_down()
+    assert await infer(other, 7, start=True) == survivor.name.encode()  # the client starts it again
+    # `one`'s pin cannot be followed; the sequence's order finds it, and `one` pins it anew.
+    assert await infer(one, 7) == survivor.name.encode()
+    assert await infer(one, 7, end=True) == survivor.name.encode()
+    await let_background_tasks_run()
+
+
+async def test_end_goes_to_the_holder_and_a_late_request_then_gets_tritons_answer(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    a, b = SequenceHoldingReplica("a"), SequenceHoldingReplica("b")
+    holder, _ = ranked(7, a, b)
     dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}}), balancer, metrics)
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, b, 1)
-        await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, start=True))
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, a, 1)
-        assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, end=True)) == b"a"
-        assert dispatcher.decide(MODEL, "1", in_sequence(7)).reason is not Reason.SEQUENCE
-        # Unpinned, a late request of the ended sequence is routed like any other.
-        assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7)) == b"b"
+    await infer(dispatcher, 7, start=True)
+    assert await infer(dispatcher, 7, end=True) == holder.name.encode()
+    with pytest.raises(TurnoutError) as info:
+        await infer(dispatcher, 7)
+    assert info.value.status is Status.INVALID_ARG and info.value.cause is Cause.UNKNOWN_SEQUENCE
+    await let_background_tasks_run()
 
 
 async def test_a_start_that_fails_over_pins_the_replica_that_answered(
     balancer: Balancer, metrics: GatewayMetrics
 ) -> None:
-    down, up = StandInReplica("down", reachable=False), StandInReplica("up")
+    down, up = StandInReplica("down"), StandInReplica("up")
+    sequence_id = next(i for i in range(1, 100) if ranked(i, down, up)[0] is down)
+    down.go_down()
     dispatcher = make_dispatcher(StandInFleet({down: {MODEL: {"1"}}, up: {MODEL: {"1"}}}), balancer, metrics)
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, up, 1)
-        assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, start=True)) == b"up"
+    assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(sequence_id, start=True)) == b"up"
     down.come_back()
     await let_background_tasks_run()
     assert balancer.ejected_count() == 0
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, up, 3)
-        assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7)) == b"up"
+    assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(sequence_id)) == b"up"
     assert len(down.received) == 1
 
 
 async def test_a_sequence_of_one_request_leaves_no_pin(balancer: Balancer, metrics: GatewayMetrics) -> None:
     a, b = StandInReplica("a"), StandInReplica("b")
     dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}}), balancer, metrics)
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, b, 1)
-        await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, start=True, end=True))
-    assert dispatcher.decide(MODEL, "1", in_sequence(7)).reason is not Reason.SEQUENCE
-    assert a.config_requests == []
-
-
-async def test_pins_are_kept_per_model_and_sequence(balancer: Balancer, metrics: GatewayMetrics) -> None:
-    a, b = StandInReplica("a"), StandInReplica("b")
-    fleet = StandInFleet({a: {MODEL: {"1"}, "other": {"1"}}, b: {MODEL: {"1"}, "other": {"1"}}})
-    dispatcher = make_dispatcher(fleet, balancer, metrics)
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, b, 1)
-        await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, start=True))
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, a, 1)
-        await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(8, start=True))
-        await dispatcher.send("other", "1", PAYLOAD, in_sequence(7, start=True))
-    # Each request below would go to the other replica if its pin were not found.
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, a, 1)
-        assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7)) == b"a"
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, b, 1)
-        assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(8)) == b"b"
-        assert await dispatcher.send("other", "1", PAYLOAD, in_sequence(7)) == b"b"
+    await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(7, start=True, end=True))
     await let_background_tasks_run()
+    assert a.config_requests == b.config_requests == []  # no pin, so no idle time to learn
 
 
 # --- shadows -------------------------------------------------------------------------
@@ -527,25 +688,21 @@ class SequenceStandInReplica(StandInReplica):
 DEFAULT_PIN_SECS = DEFAULT_IDLE_SECS + PIN_GRACE_SECS
 
 
-async def start_sequence(
-    dispatcher: Dispatcher, balancer: Balancer, on: StandInReplica, other: StandInReplica, sequence_id: int
-) -> None:
-    """Start sequence `sequence_id` on version 1 of replica `on`, with `other` busier, and
-    let the idle-time lookup that a START may begin run to its end."""
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, other, 1)
-        assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(sequence_id, start=True)) == on.name.encode()
+async def start_behind(dispatcher: Dispatcher, sequence_id: int, *replicas: StandInReplica) -> StandInReplica:
+    """Start sequence `sequence_id` on version 1 while the replica its order ranks first
+    is down, so that it is pinned to the second; the first is back (and readmitted) after.
+    Returns the first: a later request that does not follow the pin goes there."""
+    first, second = ranked(sequence_id, *replicas)[:2]
+    first.go_down()
+    assert await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(sequence_id, start=True)) == second.name.encode()
+    first.come_back()
     await let_background_tasks_run()
+    return first
 
 
-async def send_with_pinned_replica_busier(
-    dispatcher: Dispatcher, balancer: Balancer, pinned: StandInReplica, sequence_id: int
-) -> bytes:
-    """A later request of the sequence, sent while its pinned replica is the busier one:
-    the answer says whether the pin was followed."""
-    with contextlib.ExitStack() as stack:
-        busy(balancer, stack, pinned, 1)
-        return await dispatcher.send(MODEL, "1", PAYLOAD, in_sequence(sequence_id))
+async def follows_pin(dispatcher: Dispatcher, sequence_id: int, first: StandInReplica) -> bool:
+    """Whether a later request of the sequence followed its pin (else it went to `first`)."""
+    return await dispatcher.send(MODEL, "", PAYLOAD, in_sequence(sequence_id)) != first.name.encode()
 
 
 @pytest.mark.parametrize("takes", [1.0, 2.0], ids=["reaches-the-deadline", "passes-the-deadline"])
@@ -610,14 +767,10 @@ async def test_a_sequence_pin_is_gone_once_idle_for_the_idle_time_and_grace(
     a, b = StandInReplica("a"), StandInReplica("b")
     fleet = StandInFleet({a: {MODEL: {"1", "2"}}, b: {MODEL: {"1", "2"}}})
     dispatcher = make_dispatcher(fleet, balancer, metrics, clock=clock)
-    await start_sequence(dispatcher, balancer, a, b, 7)
+    first = await start_behind(dispatcher, 7, a, b)
     clock.advance(DEFAULT_PIN_SECS)
-    # With the pin gone the request is routed like any other (to the less loaded
-    # replica), not refused; it pins nothing, since it is no START.
-    assert await send_with_pinned_replica_busier(dispatcher, balancer, a, 7) == b"b"
-    assert await send_with_pinned_replica_busier(dispatcher, balancer, b, 7) == b"a"
-    decision = dispatcher.decide(MODEL, "", in_sequence(7))
-    assert (decision.version, decision.reason) == ("2", Reason.DEFAULT)
+    # With the pin gone the request follows the sequence's order, as on any other gateway.
+    assert not await follows_pin(dispatcher, 7, first)
 
 
 async def test_a_request_just_before_its_pin_expires_still_follows_it(
@@ -627,23 +780,23 @@ async def test_a_request_just_before_its_pin_expires_still_follows_it(
     a, b = StandInReplica("a"), StandInReplica("b")
     fleet = StandInFleet({a: {MODEL: {"1", "2"}}, b: {MODEL: {"1", "2"}}})
     dispatcher = make_dispatcher(fleet, balancer, metrics, clock=clock)
-    await start_sequence(dispatcher, balancer, a, b, 7)
+    first = await start_behind(dispatcher, 7, a, b)
     clock.advance(DEFAULT_PIN_SECS - 0.001)
-    assert await send_with_pinned_replica_busier(dispatcher, balancer, a, 7) == b"a"
-    decision = dispatcher.decide(MODEL, "", in_sequence(7))
-    assert (decision.version, decision.reason) == ("1", Reason.SEQUENCE)
+    assert await follows_pin(dispatcher, 7, first)
+    pinned = b if first is a else a
+    assert pb.ModelInferRequest.FromString(pinned.received[-1]).model_version == "1"  # the START's version
 
 
 async def test_each_request_of_a_sequence_keeps_its_pin_alive(balancer: Balancer, metrics: GatewayMetrics) -> None:
     clock = FakeClock()
     a, b = StandInReplica("a"), StandInReplica("b")
     dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}}), balancer, metrics, clock=clock)
-    await start_sequence(dispatcher, balancer, a, b, 7)
+    first = await start_behind(dispatcher, 7, a, b)
     for _ in range(4):  # twice the pin's lifetime in all, never idle for as long as it
         clock.advance(0.5 * DEFAULT_PIN_SECS)
-        assert await send_with_pinned_replica_busier(dispatcher, balancer, a, 7) == b"a"
+        assert await follows_pin(dispatcher, 7, first)
     clock.advance(DEFAULT_PIN_SECS)
-    assert await send_with_pinned_replica_busier(dispatcher, balancer, a, 7) == b"b"
+    assert not await follows_pin(dispatcher, 7, first)
 
 
 @pytest.mark.parametrize("idle_us", [200_000, 10_000_000], ids=["shorter-than-default", "longer-than-default"])
@@ -653,17 +806,17 @@ async def test_pins_last_the_idle_time_learned_from_the_model_config_plus_grace(
     clock = FakeClock()
     a, b = SequenceStandInReplica("a", idle_us), SequenceStandInReplica("b", idle_us)
     dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}}), balancer, metrics, clock=clock)
-    await start_sequence(dispatcher, balancer, a, b, 7)  # the first START asks for the config
-    assert a.config_requests == [pb.ModelConfigRequest(name=MODEL, version="1")]
+    await start_behind(dispatcher, 7, a, b)  # the first START asks for the config
+    assert a.config_requests + b.config_requests == [pb.ModelConfigRequest(name=MODEL, version="1")]
     started = clock.now
-    await start_sequence(dispatcher, balancer, a, b, 8)
-    await start_sequence(dispatcher, balancer, a, b, 9)
-    assert len(a.config_requests) == 1 and b.config_requests == []  # learned once
+    first_8 = await start_behind(dispatcher, 8, a, b)
+    first_9 = await start_behind(dispatcher, 9, a, b)
+    assert len(a.config_requests + b.config_requests) == 1  # learned once
     lifetime = idle_us / 1e6 + PIN_GRACE_SECS
     clock.now = started + lifetime - 0.001
-    assert await send_with_pinned_replica_busier(dispatcher, balancer, a, 8) == b"a"
+    assert await follows_pin(dispatcher, 8, first_8)
     clock.now = started + lifetime
-    assert await send_with_pinned_replica_busier(dispatcher, balancer, a, 9) == b"b"
+    assert not await follows_pin(dispatcher, 9, first_9)
 
 
 async def test_the_idle_time_is_learned_again_after_a_load_or_unload(
@@ -672,11 +825,11 @@ async def test_the_idle_time_is_learned_again_after_a_load_or_unload(
     clock = FakeClock()
     a, b = SequenceStandInReplica("a", 10_000_000), SequenceStandInReplica("b", 10_000_000)
     dispatcher = make_dispatcher(StandInFleet({a: {MODEL: {"1"}}, b: {MODEL: {"1"}}}), balancer, metrics, clock=clock)
-    await start_sequence(dispatcher, balancer, a, b, 7)
+    await start_behind(dispatcher, 7, a, b)
     a.idle_us = b.idle_us = 200_000  # the model was reloaded with a shorter idle time
     dispatcher.models_changed()
-    await start_sequence(dispatcher, balancer, a, b, 8)
-    assert len(a.config_requests) == 2
-    await start_sequence(dispatcher, balancer, a, b, 9)
+    await start_behind(dispatcher, 8, a, b)
+    assert len(a.config_requests + b.config_requests) == 2
+    first = await start_behind(dispatcher, 9, a, b)
     clock.advance(0.2 + PIN_GRACE_SECS)
-    assert await send_with_pinned_replica_busier(dispatcher, balancer, a, 9) == b"b"
+    assert not await follows_pin(dispatcher, 9, first)
