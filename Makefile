@@ -18,7 +18,7 @@ FULL := $(VENV)/.full-$(PYTHON_VERSION)
 # PyPI's wheel is the CPU one.
 TORCH_INDEX ?= $(if $(filter Linux,$(shell uname -s)),https://download.pytorch.org/whl/cpu)
 
-.PHONY: setup serve tools run test unit lint protos models bench clean
+.PHONY: setup serve consul prometheus tools run test unit lint protos models bench clean
 
 # Serving: the core and ONNX Runtime, all that model_repository/ needs.
 serve: $(SERVE)
@@ -36,7 +36,7 @@ run: $(SERVE)
 # Everything the tests need: the frameworks (torch's CPU build), the test tools (kubectl
 # among them), Consul and docker-compose. A tool the platform cannot provide leaves its tests skipped, each
 # saying why and how to install it.
-setup: $(FULL) consul tools
+setup: $(FULL) consul prometheus tools
 
 $(FULL): $(SERVE) constraints.txt
 	@echo "make: installing PyTorch (CPU build) and the test tools into $(VENV) (about 1.5 GB)"
@@ -47,10 +47,18 @@ $(FULL): $(SERVE) constraints.txt
 # The fleet tests run a real Consul agent: Debian bullseye's, fetched by a project script.
 # dpkg -x keeps the package's own (old) mtime on the binary: touch it, or make refetches every time.
 consul: .tools/consul/usr/bin/consul
-.tools/consul/usr/bin/consul: scripts/install-consul
+.tools/consul/usr/bin/consul: scripts/install-consul scripts/install-debian-tool
 	@if command -v consul >/dev/null; then echo "make: using $$(command -v consul)"; \
 	elif scripts/install-consul; then touch $@; \
 	else echo "make: no Consul here; the fleet tests will skip (put a consul binary, 1.8 or newer, on PATH)" >&2; fi
+
+# The dashboard test scrapes a real fleet with Debian bullseye's Prometheus (2.24), fetched
+# as Consul is; without it that test skips and says so.
+prometheus: .tools/prometheus/usr/bin/prometheus
+.tools/prometheus/usr/bin/prometheus: scripts/install-prometheus scripts/install-debian-tool
+	@if command -v prometheus >/dev/null; then echo "make: using $$(command -v prometheus)"; \
+	elif scripts/install-prometheus; then touch $@; \
+	else echo "make: no Prometheus here; the dashboard test will skip (put a prometheus binary on PATH)" >&2; fi
 
 # The compose tests validate compose/ with Debian's docker-compose. Installed only when
 # missing, and only where apt-get runs as root; elsewhere those tests skip and say why.

@@ -7,10 +7,12 @@ recover (from the fault, or its end, to the first success of a request sent afte
 Scenarios: a sidecar killed (SIGKILL; `turnout up` restarts it), a sidecar frozen
 (SIGSTOP for 2 s, then SIGCONT), an overload burst beyond --sidecar-max-inflight; then,
 with Consul (bench/fleet.py), two replicas behind a gateway: one killed, one drained,
-Consul stopped and restarted, and a version rollout by KV weights; and two replicas of
-a stateful model behind two gateways, with each sequence's requests alternating between
-the gateways, while one replica is killed. There a request answered with a wrong running
-sum counts as lost, and a sequence that got an error starts afresh under a new id.
+Consul stopped and restarted, a version rollout by KV weights, and one replica that
+failed to load the model under load (the gateway routes to the other and stays ready);
+and two replicas of a stateful model behind two gateways, with each sequence's requests
+alternating between the gateways, while one replica is killed. There a request answered
+with a wrong running sum counts as lost, and a sequence that got an error starts afresh
+under a new id.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import asyncio
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -226,6 +229,17 @@ def main() -> None:
                 tally, since = asyncio.run(drive(running.address, model, args.concurrency, args.seconds, fault))
                 rows.append((name, tally, tally.recovery(since)))
         if consul:
+            # The second replica's copy of `simple` is not a model: its load fails there.
+            broken = Path(folder) / "broken"
+            shutil.copytree(repository, broken)
+            (broken / "simple" / "1" / "model.onnx").write_bytes(b"not an onnx model")
+            with fleet(consul, repository, broken) as running:
+
+                async def steady() -> float | None:
+                    return None
+
+                tally, _ = asyncio.run(drive(running.address, "simple", args.concurrency, args.seconds, steady))
+                rows.append(("fleet: a replica failing one model", tally, None))
             write_sequence(repository, SEQUENCE_MODEL, ("READY",), state=True, strategy=LONG_IDLE, instances=2)
             with sequence_fleet(consul, repository) as running:
                 tally, since = asyncio.run(

@@ -2,7 +2,8 @@
 (dev mode) behind a gateway that discovers them, loaded through the gateway while one
 replica is killed or drained, Consul is stopped and restarted, or a version rollout runs
 (load version 2 everywhere, warm it, shift Consul KV weights 0 -> 100, unload version 1);
-and two sidecars behind two gateways serving a stateful model, whose sequences alternate
+or while one replica failed to load the model under load (`second`, its repository); and
+two sidecars behind two gateways serving a stateful model, whose sequences alternate
 between the gateways while one replica is killed."""
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ class Fleet:
     """Consul, two registered sidecars (explicit mode, `simple` and `linear` v1 loaded)
     and a gateway that discovers them and reads weights from Consul KV."""
 
-    def __init__(self, consul_path: Path, repository: Path) -> None:
+    def __init__(self, consul_path: Path, repository: Path, second: Path | None = None) -> None:
+        """`second`: the second replica's repository (default: the first's)."""
         self.consul = Consul(consul_path)
         self.set_weights(0)
         flags = [f"--consul-service={SERVICE}", "--model-control-mode=explicit"]
-        self.replicas = [sidecar(self.consul.http, repository, *flags, "--load-model=simple") for _ in range(2)]
+        loads = ["--load-model=simple", "--exit-on-error=false"]
+        self.replicas = [sidecar(self.consul.http, r, *flags, *loads) for r in (repository, second or repository)]
         self.gateway = gateway(self.consul.http, *flags, f"--routing-kv-prefix={KV_PREFIX}")
         self.address = self.gateway.fields["grpc"]
         wait_until(lambda: len(self.consul.passing(SERVICE)) == 2, 30, "two passing replicas")
@@ -133,8 +136,8 @@ def sequence_fleet(consul_path: Path, repository: Path) -> Iterator[SequenceFlee
 
 
 @contextmanager
-def fleet(consul_path: Path, repository: Path) -> Iterator[Fleet]:
-    running = Fleet(consul_path, repository)
+def fleet(consul_path: Path, repository: Path, second: Path | None = None) -> Iterator[Fleet]:
+    running = Fleet(consul_path, repository, second)
     try:
         yield running
     finally:

@@ -253,7 +253,7 @@ async def serve(
         print(f"turnout gateway: {exc}", file=sys.stderr, flush=True)
         return 1
     discovery = ConsulRegistry(consul, settings.consul_service, balancer, metrics, tls) if consul is not None else None
-    models: ModelRegistry = discovery if discovery is not None else StaticRegistry(clients)
+    models: ModelRegistry = discovery if discovery is not None else StaticRegistry(clients, metrics=metrics)
 
     def known(model: str) -> bool:
         return models.owner(model) is not None
@@ -288,21 +288,21 @@ async def serve(
     ensembles = gateway.ensembles.statistics
     fleet = FleetMetrics(lambda: models.sidecars, ensembles=ensembles if worker is None else tuple)
     try:
-        if consul is not None and discovery is not None:
-            # One start-up allowance for both: the ACL check, then the first answer.
-            deadline = asyncio.get_running_loop().time() + FIRST_DISCOVERY_SECS
-            if (denied := await _consul_denies(consul, settings, deadline)) is not None:
-                logger.error("%s", denied)
-                return 1
-            watches.append(asyncio.create_task(discovery.watch()))
-            if not await discovery.wait_first(max(0.0, deadline - asyncio.get_running_loop().time())):
-                # Nothing to route to without it; once it has answered, its absence is survived.
-                logger.error(
-                    "cannot reach the Consul agent at %s (--consul): no answer in %.0f s",
-                    settings.consul,
-                    FIRST_DISCOVERY_SECS,
-                )
-                return 1
+        # One start-up allowance for both: the ACL check, then the first answer.
+        deadline = asyncio.get_running_loop().time() + FIRST_DISCOVERY_SECS
+        if consul is not None and (denied := await _consul_denies(consul, settings, deadline)) is not None:
+            logger.error("%s", denied)
+            return 1
+        watches.append(asyncio.create_task(models.watch()))
+        if not await models.wait_first(max(0.0, deadline - asyncio.get_running_loop().time())) and consul:
+            # Serve anyway: live, but not ready until Consul answers (the watch keeps
+            # asking); once it has answered, its absence is survived on the last fleet.
+            logger.error(
+                "cannot reach the Consul agent at %s (--consul): no answer in %.0f s; not ready until it answers",
+                settings.consul,
+                FIRST_DISCOVERY_SECS,
+            )
+        if consul is not None:
             # After the fleet's first answer, so that KV policies' arms are checked against it.
             watches.append(asyncio.create_task(watch_kv(consul, settings.routing_kv_prefix, policies)))
         await models.refresh()

@@ -20,6 +20,7 @@ from gateway.context import NO_CONTEXT, RequestContext
 from gateway.ensemble import ENSEMBLE_FRAMEWORK, Ensembles
 from gateway.fleet import combine_indexes, combine_statistics, on_replicas
 from gateway.metrics import GatewayMetrics
+from gateway.readiness import unready_reasons
 from gateway.registry import ModelRegistry
 from gateway.routing.dispatch import Dispatcher, relabelled, with_model, with_version
 from gateway.routing.policy_sources import PolicyStore
@@ -121,10 +122,15 @@ class Gateway:
         return True
 
     async def server_ready(self) -> bool:
-        if self._draining:
-            return False
-        answers = await asyncio.gather(*(c.server_ready() for c in self._registry.sidecars))
-        return all(answers)
+        """Whether this gateway can serve, from what discovery already knows: a probe
+        never waits on a sidecar (gateway.readiness has the rule)."""
+        return not self._draining and not self.unready_reasons()
+
+    def unready_reasons(self) -> list[str]:
+        """Why the gateway is not ready now, in words; empty when it is (draining aside)."""
+        return unready_reasons(
+            self._registry.health, strict=self._settings.strict_readiness, need_replica=bool(self._settings.consul)
+        )
 
     async def model_ready(self, request: pb.ModelReadyRequest) -> bool:
         experiments = self._dispatcher.experiments
@@ -248,15 +254,13 @@ class Gateway:
                     # After the primary answered, so the copy can neither delay nor fail it.
                     self._shadows.mirror(model, decision.shadow_policy, payload, response)
         except TurnoutError as exc:
-            self._metrics.count_request(model, protocol, False)
-            self._metrics.observe_request(model, arm or "default", protocol, time.perf_counter() - started)
+            self._metrics.observe_request(model, arm or "default", protocol, False, time.perf_counter() - started)
             logger.info("infer failed: %s", exc.message)
             raise
         finally:
             if trace is not None:
                 trace.stamp(REQUEST_END)
-        self._metrics.count_request(model, protocol, True)
-        self._metrics.observe_request(model, arm or "default", protocol, time.perf_counter() - started)
+        self._metrics.observe_request(model, arm or "default", protocol, True, time.perf_counter() - started)
         if verbose:
             logger.debug("infer answered in %d us", (time.perf_counter() - started) * 1e6)
         return response
@@ -331,6 +335,16 @@ class Gateway:
             return client.framework, answer.models
 
         models = combine_indexes(await self._all(listing))
+        # A model version the fleet lists but no replica answered for (every one failing
+        # its health check) still shows, with the reason it cannot be served.
+        listed = {(entry.name, entry.version) for entry in models}
+        for health in self._registry.health.unavailable():
+            if (health.model, health.version) not in listed:
+                models.append(
+                    pb.RepositoryIndexResponse.ModelIndex(
+                        name=health.model, version=health.version, state="UNAVAILABLE", reason=health.reason()
+                    )
+                )
         models = self._dispatcher.experiments.in_index(models)  # a called name lists its arms
         models.sort(key=lambda m: m.name)  # stable: each model's versions keep their order
         for entry in models:

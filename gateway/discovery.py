@@ -2,7 +2,9 @@
 blocking-query watch on `health/service`, published as an immutable snapshot.
 
 Requests read the snapshot in force and never wait on Consul; each watch round that
-changes something swaps in a new one. A replica whose meta says `tls` is reached over TLS;
+changes something swaps in a new one, with the FleetHealth readiness reads: every model
+version a registered replica lists (READY, failed, or on a replica failing its check)
+and how many healthy replicas have it READY. A replica whose meta says `tls` is reached over TLS;
 a gateway told to use TLS to sidecars never falls back to a plain one.
 """
 
@@ -19,6 +21,7 @@ from typing import Any
 
 from gateway.consul import ConsulClient, ConsulWatch
 from gateway.metrics import GatewayMetrics
+from gateway.readiness import FleetHealth, ModelHealth, report
 from gateway.registry import framework_of_load
 from gateway.routing.replicas import Balancer
 from gateway.upstream import SidecarClient, SidecarTls
@@ -31,12 +34,12 @@ CLOSE_GRACE_SECS = 5.0  # a replica that left may still finish requests sent to 
 REJOIN_GRACE_SECS = 15.0
 
 
-def parse_models(meta: Mapping[str, str]) -> dict[str, frozenset[str]]:
-    """The READY models a sidecar advertises: meta `models` (or `models_0`, `models_1`, ...
-    when long), `name:1,2;other:1`."""
-    text = meta.get("models")
+def parse_models(meta: Mapping[str, str], key: str = "models") -> dict[str, frozenset[str]]:
+    """The models a sidecar advertises under `key`: meta `models` (READY) or `failed`
+    (or `<key>_0`, `<key>_1`, ... when long), `name:1,2;other:1`."""
+    text = meta.get(key)
     if text is None:
-        text = "".join(meta[f"models_{i}"] for i in range(len(meta)) if f"models_{i}" in meta)
+        text = "".join(meta[f"{key}_{i}"] for i in range(len(meta)) if f"{key}_{i}" in meta)
     models: dict[str, frozenset[str]] = {}
     for item in filter(None, text.split(";")):
         name, _, versions = item.rpartition(":")
@@ -47,7 +50,7 @@ def parse_models(meta: Mapping[str, str]) -> dict[str, frozenset[str]]:
 
 @dataclass(frozen=True)
 class Replica:
-    """One healthy sidecar instance as registered."""
+    """One sidecar instance as registered; only healthy ones are routed to."""
 
     service_id: str
     framework: str
@@ -56,6 +59,8 @@ class Replica:
     metrics: str  # host:port of its /metrics, "" when it advertises none
     models: Mapping[str, frozenset[str]]
     tls: bool = False  # it serves gRPC and its lane over TLS only
+    failed: Mapping[str, frozenset[str]] = field(default_factory=dict)  # versions whose load failed
+    healthy: bool = True  # every check passing
 
 
 @dataclass(frozen=True)
@@ -71,8 +76,6 @@ class Snapshot:
 def _replica(entry: Mapping[str, Any]) -> Replica | None:
     service = entry.get("Service") or {}
     checks = entry.get("Checks") or []
-    if any(check.get("Status") != "passing" for check in checks):
-        return None
     meta: Mapping[str, str] = service.get("Meta") or {}
     address = service.get("Address") or (entry.get("Node") or {}).get("Address", "")
     port = service.get("Port")
@@ -87,6 +90,8 @@ def _replica(entry: Mapping[str, Any]) -> Replica | None:
         meta.get("metrics", ""),
         parse_models(meta),
         meta.get("tls") == "true",
+        parse_models(meta, "failed"),
+        all(check.get("Status") == "passing" for check in checks),
     )
 
 
@@ -112,6 +117,7 @@ class ConsulRegistry:
         self._balancer = balancer
         self._metrics = metrics
         self._snapshot = Snapshot()
+        self._health = FleetHealth()
         self._replicas: dict[str, tuple[Replica, SidecarClient]] = {}
         self._first = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()
@@ -156,6 +162,10 @@ class ConsulRegistry:
     def peers(self, client: SidecarClient) -> Sequence[SidecarClient]:
         return tuple(c for c in self._snapshot.clients if c.framework == client.framework)
 
+    @property
+    def health(self) -> FleetHealth:
+        return self._health
+
     # --- the watch ----------------------------------------------------------------------
 
     async def wait_first(self, timeout: float) -> bool:
@@ -191,7 +201,8 @@ class ConsulRegistry:
                 await asyncio.sleep(0.5)
 
     def _apply(self, entries: list[Mapping[str, Any]], keep_missing: bool = False) -> None:
-        replicas = {r.service_id: r for e in entries if (r := _replica(e)) is not None and self._acceptable(r)}
+        registered = [r for e in entries if (r := _replica(e)) is not None and self._acceptable(r)]
+        replicas = {r.service_id: r for r in registered if r.healthy}
         if keep_missing:
             listed = {str((e.get("Service") or {}).get("ID")) for e in entries}
             for service_id, (kept, _) in self._replicas.items():
@@ -214,6 +225,10 @@ class ConsulRegistry:
                 self._retire(client)
         self._replicas = current
         self._snapshot = _build(current.values())
+        unhealthy = [r for r in registered if r.service_id not in current]
+        health = _health([r for r, _ in current.values()], unhealthy)
+        report(self._health, health, self._metrics)
+        self._health = health
         self._metrics.set_replicas(len(current), self._balancer.ejected_count())
 
     def _acceptable(self, replica: Replica) -> bool:
@@ -243,6 +258,32 @@ class ConsulRegistry:
 def _system_tls() -> SidecarTls:
     """TLS trusting the system's CAs, for TLS replicas of a gateway given no CA of its own."""
     return SidecarTls()
+
+
+def _health(healthy: Sequence[Replica], unhealthy: Sequence[Replica]) -> FleetHealth:
+    """Each model version the registered replicas list, with its ready, failed and
+    unhealthy counts. A replica failing its check counts whatever it lists, READY or not."""
+    counts: dict[tuple[str, str], list[int]] = {}
+
+    def count(models: Mapping[str, frozenset[str]], which: int) -> None:
+        for model, versions in models.items():
+            for version in versions or ("",):
+                counts.setdefault((model, version), [0, 0, 0])[which] += 1
+
+    for replica in healthy:
+        count(replica.models, 0)
+        count(replica.failed, 1)
+    for replica in unhealthy:
+        count(replica.models, 2)
+        count(replica.failed, 2)
+    # A replica that failed a model before any version adds nothing where others list its versions.
+    versioned = {model for model, version in counts if version}
+    models = {
+        key: ModelHealth(key[0], key[1], *numbers)
+        for key, numbers in counts.items()
+        if key[1] or key[0] not in versioned
+    }
+    return FleetHealth(True, len(healthy), MappingProxyType(models))
 
 
 def _build(replicas: Any) -> Snapshot:

@@ -1,15 +1,20 @@
 """The gateway's own Prometheus metrics, kept in a registry the composition root owns.
 
-The gateway counts the requests it routes, per model, protocol and outcome, times them
-per model, version and protocol, and counts routing decisions, shadows (with the largest
-output difference seen), failovers and ejections. In an experiment across models the
-"version" label is the arm (`resnet_trt:1`) and "model" the called name.
-`gateway.metrics_port` serves them with the fleet's Triton metrics.
+What only the gateway knows: the requests it routes, counted and timed per arm (model
+and version: the one a policy chose, the client named, or "default"; in an experiment
+across models the version is the arm, `resnet_trt:1`, and the model the called name)
+and protocol; routing decisions, shadows, their agreement and the largest output
+difference seen; failovers, ejections; and the fleet as discovery sees it (replicas,
+ready replicas per model). Per-model work inside sidecars is theirs to count (their
+`nv_*`). `gateway.metrics_port` serves these, and a fleet view of Triton's families for
+a single host scraping only the gateway.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -21,28 +26,39 @@ log = logging.getLogger(__name__)
 
 # Cheap native buckets (Triton's latency summaries cost a third of its throughput, #8561).
 DURATION_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-MAX_DURATION_SERIES = 512
+# Versions come from clients: past this many (model, version, protocol) series, a new
+# version shares the label value "other".
+MAX_ARM_SERIES = 512
+
+
+@dataclass(frozen=True)
+class _Arm:
+    """One (model, version, protocol)'s children, made once."""
+
+    successes: Counter
+    failures: Counter
+    durations: Histogram
 
 
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        # Per arm: the A/B panels read rates, error ratios and quantiles off these two.
         self._requests = Counter(
             "turnout_gateway_requests",
-            "Inference requests the gateway routed, by model, protocol and outcome",
-            ["model", "protocol", "outcome"],
+            "Inference requests the gateway routed, by model, version (arm), protocol and outcome",
+            ["model", "version", "protocol", "outcome"],
             registry=registry,
         )
-        # labels() costs a lock and a dict build; keep each child once per label set.
-        self._children: dict[tuple[str, str, bool], Counter] = {}
         self._durations = Histogram(
             "turnout_gateway_request_duration_seconds",
-            "Inference request duration through the gateway, by model, version and protocol",
+            "Inference request duration through the gateway, by model, version (arm) and protocol",
             ["model", "version", "protocol"],
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
-        self._duration_children: dict[tuple[str, str, str], Histogram] = {}
+        # labels() costs a lock and a dict build; keep each arm's children once.
+        self._arms: dict[tuple[str, str, str], _Arm] = {}
         # Fleet routing. Labels stay bounded: versions are the policy's or "other",
         # reasons and outcomes are fixed sets, replicas are counted, not named.
         self._routes = Counter(
@@ -95,27 +111,30 @@ class GatewayMetrics:
         self._replicas = Gauge(
             "turnout_gateway_replicas", "Replicas known from discovery, by state", ["state"], registry=registry
         )
+        self._model_ready = Gauge(
+            "turnout_gateway_model_ready_replicas",
+            "Healthy replicas with each model version the fleet lists READY (0: it cannot be served)",
+            ["model", "version"],
+            registry=registry,
+        )
 
-    def count_request(self, model: str, protocol: str, success: bool) -> None:
-        key = (model, protocol, success)
-        child = self._children.get(key)
-        if child is None:
-            child = self._requests.labels(model, protocol, "success" if success else "failure")
-            self._children[key] = child
-        child.inc()
-
-    def observe_request(self, model: str, version: str, protocol: str, seconds: float) -> None:
+    def observe_request(self, model: str, version: str, protocol: str, success: bool, seconds: float) -> None:
+        """One routed request of arm (model, version), its outcome and duration."""
         key = (model, version, protocol)
-        child = self._duration_children.get(key)
-        if child is None:
-            # Versions come from clients: past a bound, new ones share one label value.
-            if len(self._duration_children) >= MAX_DURATION_SERIES:
+        children = self._arms.get(key)
+        if children is None:
+            if len(self._arms) >= MAX_ARM_SERIES:
                 key = (model, "other", protocol)
-                child = self._duration_children.get(key)
-            if child is None:
-                child = self._durations.labels(*key)
-                self._duration_children[key] = child
-        child.observe(seconds)
+                children = self._arms.get(key)
+            if children is None:
+                children = _Arm(
+                    self._requests.labels(*key, "success"),
+                    self._requests.labels(*key, "failure"),
+                    self._durations.labels(*key),
+                )
+                self._arms[key] = children
+        (children.successes if success else children.failures).inc()
+        children.durations.observe(seconds)
 
     def count_route(self, model: str, decision: Decision, version: str) -> None:
         """`version` is the arm's label: the chosen version, or "other" for one no policy names."""
@@ -146,3 +165,11 @@ class GatewayMetrics:
     def set_replicas(self, healthy: int, ejected: int) -> None:
         self._replicas.labels("healthy").set(healthy)
         self._replicas.labels("ejected").set(ejected)
+
+    def set_model_ready_replicas(self, model: str, version: str, ready: int) -> None:
+        self._model_ready.labels(model, version).set(ready)
+
+    def forget_model(self, model: str, version: str) -> None:
+        """The fleet no longer lists the model version: its series goes."""
+        with contextlib.suppress(KeyError):
+            self._model_ready.remove(model, version)

@@ -1,6 +1,11 @@
 """The metrics port: what one scrape answers. The gateway's own registry
 (gateway.metrics), then Triton's families for the whole fleet, summed from every
-sidecar's /metrics at scrape time, as one Triton would show them."""
+sidecar's /metrics at scrape time, as one Triton would show them.
+
+That fleet view is for a single host that scrapes only the gateway (`turnout up`); a
+fleet's Prometheus scrapes each sidecar's `nv_*` and drops the gateway's (see
+compose/prometheus.yml). Its counters never go down: what a replica counted stays in
+the sum after the replica leaves, restarts or unloads the model."""
 
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ from protos import grpc_service_pb2 as pb
 from protos.triton_metrics import HOST_FAMILIES, Exposition, HostGauges, MetricsEndpoint, add_statistics, on_loop
 
 log = logging.getLogger(__name__)
+
+MAX_DEPARTED = 64  # departed replicas remembered apart; older ones fold into the carried counts
 
 
 class FleetMetrics:
@@ -38,23 +45,62 @@ class FleetMetrics:
         self._timeout = timeout
         self._host = HostGauges()
         self._http: httpx.AsyncClient | None = None
+        # By where a replica is reached: the last scrape of each one in the fleet, and of
+        # each one that left (still summed: it may come back, counters and all); and the
+        # counts of earlier lives of replicas that restarted or dropped a model.
+        self._last: dict[str, Exposition] = {}
+        self._departed: dict[str, Exposition] = {}
+        self._carried = Exposition()
+        self._rendering = asyncio.Lock()  # two scrapes at once must not both carry one reset
 
     async def render(self) -> str:
+        async with self._rendering:
+            return await self._render()
+
+    async def _render(self) -> str:
         sidecars = list(self._sidecars())
         answers = await asyncio.gather(*(self._scrape(c) for c in sidecars), return_exceptions=True)
         exposition = Exposition()
+        scraped: dict[str, Exposition] = {}
         for client, answer in zip(sidecars, answers, strict=True):
+            key = f"{client.framework}@{client.address}"
             if isinstance(answer, BaseException):  # a scrape must not fail because one sidecar is away
-                log.warning("metrics of sidecar %s left out of this scrape: %s", client.address, answer)
-            elif isinstance(answer, str):
-                exposition.merge_text(answer, skip=HOST_FAMILIES)
+                log.warning("metrics of sidecar %s: its last scrape stands in: %s", client.address, answer)
+                if key in self._last:
+                    scraped[key] = self._last[key]
+                continue
+            replica = Exposition()
+            if isinstance(answer, str):
+                replica.merge_text(answer, skip=HOST_FAMILIES)
             else:
                 for stats in answer.model_stats:
-                    add_statistics(exposition, stats)
+                    add_statistics(replica, stats)
+            before = self._last.get(key) or self._departed.pop(key, None)
+            if before is not None:
+                self._carry(before, replica)
+            scraped[key] = replica
+        for key, before in self._last.items():
+            if key not in scraped:
+                self._departed[key] = before.counters()
+        while len(self._departed) > MAX_DEPARTED:
+            self._carried.merge(self._departed.pop(next(iter(self._departed))))
+        self._last = scraped
+        for replica in (*scraped.values(), *self._departed.values()):
+            exposition.merge(replica)
+        exposition.merge(self._carried)
         for stats in self._ensembles():
             add_statistics(exposition, stats)
         self._host.add_to(exposition)
         return exposition.render()
+
+    def _carry(self, before: Exposition, after: Exposition) -> None:
+        """Keep a counter sample of a replica's previous scrape that its new one shows
+        lower or not at all (it restarted, or unloaded the model)."""
+        now = after.monotonic()
+        for (family, sample, labels), value in before.monotonic().items():
+            if now.get((family, sample, labels), -1.0) < value:
+                self._carried.declare(family, *before.kind(family))
+                self._carried.add(family, labels, value, sample)
 
     async def _scrape(self, client: SidecarClient) -> str | pb.ModelStatisticsResponse:
         if not client.metrics:

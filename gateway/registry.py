@@ -2,8 +2,9 @@
 
 The static registry learns ownership from each sidecar's RepositoryIndex: at start,
 after every load/unload, and, at most once per `min_refresh_interval`, when a request
-names a model it does not know. A Consul-backed registry can replace it behind
-the `ModelRegistry` protocol (gateway.discovery does).
+names a model it does not know. Its `watch` asks each sidecar whether it is ready every
+READY_POLL_SECS, for the gateway's readiness (gateway.readiness). A Consul-backed
+registry can replace it behind the `ModelRegistry` protocol (gateway.discovery does).
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from gateway.metrics import GatewayMetrics
+from gateway.readiness import FleetHealth, SidecarHealth, report
 from gateway.upstream import SidecarClient
 from protos import layout
 from protos.status import TurnoutError
 
 logger = logging.getLogger(__name__)
+
+READY_POLL_SECS = 1.0  # how often the static registry asks its sidecars whether they are ready
 
 
 class ModelRegistry(Protocol):
@@ -61,6 +66,19 @@ class ModelRegistry(Protocol):
         """Every replica of `client`'s framework, `client` included: where loads and unloads go."""
         ...
 
+    @property
+    def health(self) -> FleetHealth:
+        """What the registry last learned of the fleet's health; never does I/O."""
+        ...
+
+    async def watch(self) -> None:
+        """Keep the registry (and `health`) current until cancelled."""
+        ...
+
+    async def wait_first(self, timeout: float) -> bool:
+        """Wait up to `timeout` for the first complete view of the fleet; False if none came."""
+        ...
+
 
 class StaticRegistry:
     """A fixed set of sidecars; ownership refreshed from their repository indexes."""
@@ -71,8 +89,14 @@ class StaticRegistry:
         *,
         min_refresh_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
+        """`metrics`: where `watch` reports; `clock` rate-limits refreshes (injected in tests)."""
         self._sidecars = tuple(sidecars)
+        self._metrics = metrics
+        # No sidecar to ask (`turnout up` on an empty repository): nothing to wait for.
+        self._health = FleetHealth(synced=not self._sidecars)
+        self._first = asyncio.Event()
         self._owners: dict[str, SidecarClient] = {}
         self._ready: dict[str, frozenset[str]] = {}
         self._min_interval = min_refresh_interval
@@ -168,6 +192,43 @@ class StaticRegistry:
 
     def peers(self, client: SidecarClient) -> Sequence[SidecarClient]:
         return (client,)
+
+    @property
+    def health(self) -> FleetHealth:
+        return self._health
+
+    async def watch(self) -> None:
+        """Ask every sidecar whether it is ready (its own --strict-readiness rule) every
+        READY_POLL_SECS; a sidecar that comes back after failing gets its index read again."""
+        while True:
+            answers = await asyncio.gather(*(c.readiness() for c in self._sidecars))
+            sidecars = tuple(
+                SidecarHealth(c.framework, c.address, answer is not None, bool(answer))
+                for c, answer in zip(self._sidecars, answers, strict=True)
+            )
+            health = FleetHealth(True, sum(1 for s in sidecars if s.reachable), sidecars=sidecars)
+            back = self._health.synced and any(
+                now.ready and not before.ready for now, before in zip(sidecars, self._health.sidecars, strict=False)
+            )
+            if self._metrics is not None:
+                report(self._health, health, self._metrics)
+            self._health = health
+            self._first.set()
+            if back:
+                try:
+                    await self.refresh()
+                except Exception:  # the next round tries again; the watch must outlive it
+                    logger.warning("could not read the sidecars' indexes again", exc_info=True)
+            await asyncio.sleep(READY_POLL_SECS)
+
+    async def wait_first(self, timeout: float) -> bool:
+        if self._health.synced:
+            return True
+        try:
+            await asyncio.wait_for(self._first.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
 
 def framework_of_load(parameters: Mapping[str, str | bytes]) -> str | None:

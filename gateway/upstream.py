@@ -181,15 +181,15 @@ class SidecarClient:
             raise unavailable(f"unexpected response type from sidecar {self.address}")
         return response
 
-    async def server_ready(self) -> bool:
-        """The sidecar's own readiness; False when it cannot be reached in time, or when its
-        lane speaks another protocol version (no inference could pass)."""
+    async def readiness(self) -> bool | None:
+        """The sidecar's own readiness; None when it cannot be reached in time, False when
+        its lane speaks another protocol version (no inference could pass)."""
         try:
             response = await self.call(
                 "ServerReady", pb.ServerReadyRequest(), pb.ServerReadyResponse, timeout=READY_TIMEOUT_SECS
             )
         except TurnoutError:
-            return False
+            return None
         if response.ready and self._lane is not None:
             try:
                 await asyncio.wait_for(self._lane.connect(), READY_TIMEOUT_SECS)  # at once when connected
@@ -199,6 +199,10 @@ class SidecarClient:
             except (TurnoutError, TimeoutError):
                 pass  # a lane that does not answer shows on the requests, which fail over
         return bool(response.ready)
+
+    async def server_ready(self) -> bool:
+        """`readiness`, False when it cannot be reached."""
+        return bool(await self.readiness())
 
     async def repository_index(self) -> pb.RepositoryIndexResponse:
         return await self.call("RepositoryIndex", pb.RepositoryIndexRequest(), pb.RepositoryIndexResponse)

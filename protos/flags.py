@@ -142,7 +142,10 @@ _SHARED: dict[str, Callable[[], Decorator]] = {
         "--exit-on-error", default=True, help="stop the start when a model fails to load", **TRITON_BOOL
     ),
     "strict_readiness": lambda: click.option(
-        "--strict-readiness", default=True, help="ready only when every model loaded is READY", **TRITON_BOOL
+        "--strict-readiness",
+        default=True,
+        help="ready only when every model loaded is READY (in a fleet: on at least one replica)",
+        **TRITON_BOOL,
     ),
     "disable_auto_complete_config": lambda: click.option(
         "--disable-auto-complete-config",

@@ -67,6 +67,9 @@ FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 HOST_FAMILIES = frozenset(name for name, _, _ in FAMILIES if name.startswith(("nv_cpu_", "nv_gpu_", "nv_energy")))
 # Gauges a fleet sum must not add up across replicas: the largest is the fleet's value.
 _MAXIMA = frozenset({"nv_model_load_duration_secs"})
+# Kinds whose samples only grow while their process lives.
+MONOTONIC_KINDS = frozenset({"counter", "histogram", "summary"})
+Sample = tuple[str, str, Labels]  # family, sample name, labels
 
 
 def _escape(value: str) -> str:
@@ -112,6 +115,34 @@ class Exposition:
                 # The parser names counter samples `<name>_total`; Triton's are bare.
                 sample_name = name if family.type == "counter" and sample.name == f"{name}_total" else sample.name
                 self.add(name, labels, sample.value, sample_name)
+
+    def merge(self, other: Exposition) -> None:
+        """Sum another exposition's samples into these."""
+        for family, (kind, text) in other._families.items():
+            self.declare(family, kind, text)
+            for (sample, labels), value in other._samples[family].items():
+                self.add(family, labels, value, sample)
+
+    def monotonic(self) -> dict[Sample, float]:
+        """The samples of counters and histograms, which only grow while their process lives."""
+        return {
+            (family, sample, labels): value
+            for family, (kind, _) in self._families.items()
+            if kind in MONOTONIC_KINDS
+            for (sample, labels), value in self._samples[family].items()
+        }
+
+    def kind(self, family: str) -> tuple[str, str]:
+        """A declared family's type and HELP text."""
+        return self._families[family]
+
+    def counters(self) -> Exposition:
+        """A copy holding only the monotonic samples: what a departed process still counts."""
+        copy = Exposition()
+        for (family, sample, labels), value in self.monotonic().items():
+            copy.declare(family, *self.kind(family))
+            copy.add(family, labels, value, sample)
+        return copy
 
     def render(self) -> str:
         lines: list[str] = []

@@ -438,6 +438,24 @@ class ModelManager:
                     return False
         return True
 
+    def failed_versions(self) -> dict[str, list[str]]:
+        """The models whose load failed as strict readiness counts them, each with its
+        failed versions (none: it failed before any version was tried). Loading and
+        unloading ones are left out: they are on their way, not failed."""
+        failed: dict[str, list[str]] = {}
+        for name, entry in sorted(self.models.items()):
+            if entry.failure and not entry.config_failed and not entry.versions:
+                failed[name] = []
+                continue
+            versions = [
+                str(version)
+                for version, slot in sorted(entry.versions.items())
+                if slot.state is State.UNAVAILABLE and slot.reason != UNLOADED
+            ]
+            if versions:
+                failed[name] = versions
+        return failed
+
     def ready_versions(self, name: str) -> list[LoadedVersion]:
         entry = self.models.get(name)
         if entry is None:

@@ -1,5 +1,5 @@
 """The sidecar's entry in Consul: registration with its address, meta (framework, device,
-lane and metrics addresses, whether it speaks TLS, READY models and versions) and a gRPC
+lane and metrics addresses, whether it speaks TLS, READY and failed models and versions) and a gRPC
 health check, kept current on load and unload, and removed on graceful shutdown. Consul
 being away never stops the sidecar serving.
 """
@@ -39,18 +39,24 @@ class ConsulDenied(ConsulUnreachable):
 
 
 def models_meta(manager: ModelManager) -> dict[str, str]:
-    """`models: "name:1,2;other:1"`, the READY versions; split over models_0, models_1, ...
-    when longer than one meta value may be."""
-    items = []
-    for name in manager.model_names():
-        versions = [v.version_text for v in manager.ready_versions(name)]
-        if versions:
-            items.append(f"{name}:{','.join(versions)}")
-    text = ";".join(items)
+    """`models: "name:1,2;other:1"`, the READY versions, and `failed` alike, the versions
+    whose load failed (`name:` when it failed before any version), so gateways count a
+    model every replica failed against their readiness; each split over `models_0`,
+    `models_1`, ... when longer than one meta value may be."""
+    ready = {name: [v.version_text for v in manager.ready_versions(name)] for name in manager.model_names()}
+    meta = _listing("models", {name: versions for name, versions in ready.items() if versions})
+    failed = manager.failed_versions()
+    if failed:
+        meta.update(_listing("failed", failed))
+    return meta
+
+
+def _listing(key: str, models: dict[str, list[str]]) -> dict[str, str]:
+    text = ";".join(f"{name}:{','.join(versions)}" for name, versions in models.items())
     if len(text) <= META_VALUE_LIMIT:
-        return {"models": text}
+        return {key: text}
     chunks = [text[i : i + META_VALUE_LIMIT] for i in range(0, len(text), META_VALUE_LIMIT)]
-    return {f"models_{i}": chunk for i, chunk in enumerate(chunks)}
+    return {f"{key}_{i}": chunk for i, chunk in enumerate(chunks)}
 
 
 def advertised_host(settings: SidecarSettings) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 
 from tests.fleet.fleet_harness import Consul, consul_agent, gateway, gateway_command, running, sidecar, wait_until
 from tests.pki import Pki
@@ -131,10 +132,11 @@ def test_registration_and_discovery_over_https(
             with running(gateway(agent.https, f"--consul-service={SERVICE}", env=env)) as (gw,):
                 _infer(gw.fields["grpc"])
         if verify_incoming:
-            # Without a client certificate the agent does not answer: the gateway says so.
-            command = gateway_command(agent.https, f"--consul-service={SERVICE}", "--consul-scheme=https")
-            refused = subprocess.run(
-                [*command, f"--consul-ca-cert={pki.ca}"], capture_output=True, text=True, timeout=60
-            )
-            assert refused.returncode == 1 and "cannot reach the Consul agent" in refused.stderr, refused.stderr
-            assert "BAD_CERTIFICATE" in refused.stderr  # the watch's line says why
+            # Without a client certificate the agent does not answer: the gateway says so,
+            # and why, and stays unready (live, so the fix is a restart away, not a crash loop).
+            flags = (f"--consul-service={SERVICE}", "--consul-scheme=https", f"--consul-ca-cert={pki.ca}")
+            with running(gateway(agent.https, *flags)) as (refused,):
+                assert "cannot reach the Consul agent" in refused.output(), refused.output()
+                assert "BAD_CERTIFICATE" in refused.output()  # the watch's line says why
+                http = httpclient.InferenceServerClient(refused.fields["http"])
+                assert http.is_server_live() and not http.is_server_ready()

@@ -82,3 +82,34 @@ def test_gateway_sums_the_metrics_of_sidecars_found_in_consul(consul: Consul, fl
         assert max(loads) > 0
         assert metric(fleet, "nv_model_load_duration_secs", model="simple") == pytest.approx(max(loads))
         assert summed("nv_inference_pending_request_count") == (0, 0)
+
+
+def test_the_fleet_view_keeps_counting_what_departed_replicas_counted(consul: Consul, fleet_repository: Path) -> None:
+    """A replica that leaves (drained, scaled in) takes nothing out of the gateway's sums:
+    a counter summed over the fleet never goes down, so rate() over it stays right."""
+    service = "metrics-churn"
+    one = sidecar(consul.http, fleet_repository, f"--consul-service={service}")
+    two = sidecar(consul.http, fleet_repository, f"--consul-service={service}")
+    gw = gateway(consul.http, f"--consul-service={service}")
+    with running(one, gw):
+        fleet = gw.fields["metrics"]
+        try:
+            wait_until(lambda: metric(fleet, "turnout_gateway_replicas", state="healthy") == 2, 20, "two replicas")
+            for address in (one.fields["grpc"], two.fields["grpc"]):
+                with grpcclient.InferenceServerClient(address) as direct:
+                    for _ in range(3):
+                        direct.infer("simple", _inputs())
+            assert metric(fleet, "nv_inference_request_success", model="simple") == 6
+            assert metric(fleet, "turnout_sidecar_batch_size_count", model="simple") == 6
+        finally:
+            two.stop()  # drains and deregisters
+        wait_until(lambda: metric(fleet, "turnout_gateway_replicas", state="healthy") == 1, 20, "one replica left")
+        assert metric(fleet, "nv_inference_request_success", model="simple") == 6
+        assert metric(fleet, "turnout_sidecar_batch_size_count", model="simple") == 6
+        # Gauges are the present fleet's only.
+        assert metric(fleet, "turnout_sidecar_instances", model="simple") == metric(
+            one.fields["metrics"], "turnout_sidecar_instances", model="simple"
+        )
+        with grpcclient.InferenceServerClient(gw.fields["grpc"]) as client:
+            client.infer("simple", _inputs())
+        assert metric(fleet, "nv_inference_request_success", model="simple") == 7

@@ -56,7 +56,11 @@ async def test_infer_forwards_bytes_and_sidecar_errors(sidecars) -> None:
             await stub.ModelInfer(simple_request("nope"))
         assert info.value.details() == "Request for unknown model: 'nope' is not found"
         metrics = urllib.request.urlopen(f"http://{gw.addresses['metrics']}/metrics").read().decode()
-        assert 'turnout_gateway_requests_total{model="torchy",outcome="success",protocol="grpc"} 1.0' in metrics
+        # Counted per arm: the version the request went to ("default": the sidecar's choice).
+        assert (
+            'turnout_gateway_requests_total{model="torchy",outcome="success",protocol="grpc",version="default"} 1.0'
+            in metrics
+        )
 
 
 async def test_stream_answers_each_request_and_keeps_errors_in_band(sidecars) -> None:

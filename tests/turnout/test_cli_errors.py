@@ -75,11 +75,6 @@ CASES = [
         lambda t: ["up", f"--model-repository={repository(t) / 'simple'}", *PORTS],
         "looks like a model folder",
     ),
-    (
-        "gateway: Consul unreachable",
-        lambda t: ["gateway", f"--consul=127.0.0.1:{free_port()}", *PORTS],
-        "cannot reach the Consul agent",
-    ),
     ("gateway: sidecar address", lambda t: ["gateway", "--sidecar=onnxruntime", *PORTS], "--sidecar"),
     (
         "gateway: routing file",

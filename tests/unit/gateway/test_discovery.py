@@ -554,3 +554,9 @@ async def test_an_outage_keeps_routing_on_the_last_known_fleet(rng) -> None:
     consul = await watch([(0.0, (fleet_of("a", "b"), 7)), (0.0, DOWN), (0.0, DOWN)], rng)
     assert fleets_seen(consul) == [[], [A, B], [A, B], [A, B]]
     assert consul.indexes == [0, 7, 0, 0]
+
+
+def test_failed_meta_is_read_like_models_and_apart_from_them() -> None:
+    meta = {"models": "simple:1", "failed_0": "linear:1,", "failed_1": "2;broken:"}
+    assert parse_models(meta, "failed") == {"linear": frozenset({"1", "2"}), "broken": frozenset()}
+    assert parse_models(meta) == {"simple": frozenset({"1"})}

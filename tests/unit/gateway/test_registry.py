@@ -1,7 +1,8 @@
 """gateway.registry in process: StaticRegistry learns which sidecar owns each model from
 their repository indexes, shares one index round among concurrent misses, rate limits
-misses with its injected clock, and relearns after loads and unloads; framework_of_load
-picks the sidecar for a model no index lists."""
+misses with its injected clock, and relearns after loads and unloads; its watch polls
+each sidecar's readiness into the FleetHealth readiness reads, and reads the indexes
+again when one comes back; framework_of_load picks the sidecar for a model no index lists."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import asyncio
 
 import pytest
 
-from gateway.registry import StaticRegistry, framework_of_load
+from gateway.readiness import unready_reasons
+from gateway.registry import READY_POLL_SECS, StaticRegistry, framework_of_load
 from protos import grpc_service_pb2 as pb
 from protos.status import Status, TurnoutError
 from tests.unit.fake_clock import FakeClock
+from tests.unit.virtual_loop import virtual_time
 
 
 class SidecarStandIn:
@@ -29,9 +32,13 @@ class SidecarStandIn:
         self.index_calls = 0
         self.gate: asyncio.Event | None = None
         self.failure: BaseException | None = None
+        self.ready: bool | None = True  # its ServerReady answer; None: it does not answer
 
     def __repr__(self) -> str:
         return f"SidecarStandIn({self.framework!r}, {self.address!r})"
+
+    async def readiness(self) -> bool | None:
+        return self.ready
 
     async def repository_index(self) -> pb.RepositoryIndexResponse:
         self.index_calls += 1
@@ -402,3 +409,41 @@ def test_a_load_naming_no_framework_goes_to_the_first_sidecar(onnx, torch) -> No
 )
 def test_framework_of_load_reads_the_config_override_then_uploaded_files(parameters, framework) -> None:
     assert framework_of_load(parameters) == framework
+
+
+# --- readiness -----------------------------------------------------------------------
+
+
+@virtual_time
+async def test_the_watch_polls_each_sidecars_readiness(onnx, torch) -> None:
+    registry = StaticRegistry([onnx, torch])
+    assert not registry.health.synced
+    watch = asyncio.ensure_future(registry.watch())
+    try:
+        assert await registry.wait_first(1.0)
+
+        def reasons(strict: bool = True) -> list[str]:
+            return unready_reasons(registry.health, strict=strict, need_replica=False)
+
+        assert reasons() == []
+        await asyncio.sleep(READY_POLL_SECS / 2)  # from here, each step ends between two polls
+        torch.ready = False  # a model failed to load there
+        await asyncio.sleep(READY_POLL_SECS)
+        assert reasons() == ["the pytorch sidecar at 127.0.0.1:9002 is not ready"]
+        assert reasons(strict=False) == []
+        torch.ready = None  # killed; `turnout up` restarts it
+        await asyncio.sleep(READY_POLL_SECS)
+        assert reasons() == ["the pytorch sidecar at 127.0.0.1:9002 does not answer"]
+        calls = torch.index_calls
+        torch.ready = True
+        await asyncio.sleep(READY_POLL_SECS)
+        assert reasons() == []
+        assert torch.index_calls == calls + 1  # its models read again after the restart
+    finally:
+        watch.cancel()
+
+
+async def test_no_sidecar_at_all_is_synced_and_ready() -> None:
+    registry = StaticRegistry([])
+    assert await registry.wait_first(0.0)
+    assert unready_reasons(registry.health, strict=True, need_replica=False) == []
