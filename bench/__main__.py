@@ -129,6 +129,27 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _gateway_cpu(pid: int) -> float:
+    """CPU time of a gateway process and of its workers (gateway.workers), if any."""
+    total = _cpu_seconds(pid)
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        for child in children.read().split():
+            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                if b"gateway.workers" in cmdline.read():
+                    total += _cpu_seconds(int(child))
+    return total
+
+
+@contextmanager
+def _maybe(command: list[str] | None, ready_prefix: str) -> Iterator[tuple[str, int]]:
+    """`_process(command, ...)`, or nothing when `command` is None."""
+    if command is None:
+        yield "", 0
+        return
+    with _process(command, ready_prefix) as started:
+        yield started
+
+
 async def _lane(address: str, model: str, arrays: dict[str, np.ndarray], conc: int, w: float, d: float) -> Figures:
     """The sidecar alone: a serialized ModelInfer straight onto its lane (the gateway's own hop)."""
     request = pb.ModelInferRequest(model_name=model)
@@ -159,6 +180,12 @@ def main() -> None:
         choices=["auto", "asyncio", "uvloop"],
         help="turnout's, the sidecars' and the floor's",
     )
+    parser.add_argument(
+        "--gateway-workers",
+        type=int,
+        default=2,
+        help="also serve simple through a gateway with this many workers (1: not)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results table and plots")
     args = parser.parse_args()
     models = args.models.split(",")
@@ -179,12 +206,16 @@ def main() -> None:
         gateway_cmd += [f"--event-loop={args.event_loop}"]
         sidecar_cmd = [sys.executable, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repo}"]
         sidecar_cmd += ["--lane=tcp", "--log-info=false", "--allow-metrics=false", f"--event-loop={args.event_loop}"]
+        workers = args.gateway_workers
+        workers_cmd = [*gateway_cmd, f"--gateway-workers={workers}"] if workers > 1 else None
         with (
             _process(gateway_cmd, GATEWAY_READY) as (ready, gateway_pid),
+            _maybe(workers_cmd, GATEWAY_READY) as (workers_ready, workers_pid),
             _process(sidecar_cmd, SIDECAR_READY) as (sidecar_ready, _),
             _process([sys.executable, "-m", "bench.floor_server", args.event_loop], FLOOR_READY) as (floor_ready, _),
         ):
             fields = parse_ready(ready, GATEWAY_READY) or {}
+            with_workers = parse_ready(workers_ready, GATEWAY_READY) or {}
             floor = parse_ready(floor_ready, FLOOR_READY) or {}
             lane = (parse_ready(sidecar_ready, SIDECAR_READY) or {})["lane"]
             for model in models:
@@ -212,14 +243,19 @@ def main() -> None:
                                 ("floor, gRPC", asyncio.run(_grpc(floor["grpc"], model, arrays, conc, w, d))),
                                 ("floor, HTTP binary", asyncio.run(_http(floor["http"], model, arrays, conc, w, d))),
                             ]
-                        for path, protocol in (("turnout, gRPC", "grpc"), ("turnout, HTTP binary", "http")):
-                            before = _cpu_seconds(gateway_pid)
-                            run = _grpc if protocol == "grpc" else _http
-                            figures = asyncio.run(run(fields[protocol], model, arrays, conc, w, d))
-                            # Requests in the warm-up count too: the CPU time spans it.
-                            sent = figures.requests * (w + d) / d
-                            cpu_per_request[f"{model} c{conc} {protocol}"] = (_cpu_seconds(gateway_pid) - before) / sent
-                            cells.append((path, figures))
+                        gateways = [("turnout", "", fields, gateway_pid)]
+                        if with_workers and model == "simple":
+                            gateways.append((f"turnout {workers} workers", f" {workers}w", with_workers, workers_pid))
+                        for name, key, addresses, pid in gateways:
+                            for protocol, label in (("grpc", "gRPC"), ("http", "HTTP binary")):
+                                before = _gateway_cpu(pid)
+                                run = _grpc if protocol == "grpc" else _http
+                                figures = asyncio.run(run(addresses[protocol], model, arrays, conc, w, d))
+                                # Requests in the warm-up count too: the CPU time spans it.
+                                sent = figures.requests * (w + d) / d
+                                cpu = (_gateway_cpu(pid) - before) / sent
+                                cpu_per_request[f"{model} c{conc} {protocol}{key}"] = cpu
+                                cells.append((f"{name}, {label}", figures))
                         if with_torch and model == "mlp":
                             torch_file = Path(repo) / "mlp_torch" / "1" / "model.pt"
                             cells += [

@@ -117,8 +117,10 @@ def _measure(processes: dict[str, int], drive: Callable[[], Coroutine[None, None
         os.unlink(path)
     used = {
         label: {
-            name: ThreadUse(use.cpu - before[label].get(name, ThreadUse()).cpu,
-                            use.switches - before[label].get(name, ThreadUse()).switches)
+            name: ThreadUse(
+                use.cpu - before[label].get(name, ThreadUse()).cpu,
+                use.switches - before[label].get(name, ThreadUse()).switches,
+            )
             for name, use in after[label].items()
         }
         for label in processes
