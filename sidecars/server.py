@@ -23,7 +23,7 @@ from protos.trace import TRACE_PARAMETER, timestamps_text
 from sidecars.batcher import BackendFailure, Result
 from sidecars.config import parse_override, poll_failure
 from sidecars.models import LoadedVersion, ModelManager
-from sidecars.responses import build_response
+from sidecars.responses import build_response, set_parameters
 from sidecars.settings import ControlMode
 from sidecars.validation import validate
 
@@ -158,6 +158,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             response = build_response(
                 loaded.name, loaded.version_text, loaded.signature, valid, result.outputs, loaded.labels
             )
+            if result.parameters:
+                set_parameters(response.parameters, result.parameters)
         except BackendFailure as exc:
             loaded.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
             # Failures are logged at default level, with the request id both processes share.

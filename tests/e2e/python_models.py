@@ -1,0 +1,188 @@
+"""Python-backend models the python sidecar tests write into a repository: each a
+`model.py` as Triton's python backend runs it (`import triton_python_backend_utils`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ADD_SUB_CONFIG = """
+name: "add_sub"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+dynamic_batching { max_queue_delay_microseconds: 20000 }
+instance_group [{ kind: KIND_CPU count: 1 }]
+"""
+
+# Sync execute; reports how many requests each execute got, so batching is visible.
+ADD_SUB_MODEL = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.args = args
+        config = json.loads(args["model_config"])
+        self.dtype = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "OUTPUT0")["data_type"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            parameters = {
+                "batch": len(requests),
+                "instance": self.args["model_instance_name"],
+                "kind": self.args["model_instance_kind"],
+                "request_id": request.request_id(),
+                "echo": json.loads(request.parameters()).get("echo", ""),
+                "requested": ",".join(request.requested_output_names()),
+            }
+            outputs = [
+                pb_utils.Tensor("OUTPUT0", (a + b).astype(self.dtype)),
+                pb_utils.Tensor("OUTPUT1", (a - b).astype(self.dtype)),
+            ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs, parameters=parameters))
+        return responses
+
+    def finalize(self):
+        print("add_sub finalized")
+"""
+
+# No config.pbtxt: everything comes from auto_complete_config; execute is async.
+AUTO_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.add_input({"name": "X", "data_type": "TYPE_INT64", "dims": [2]})
+        config.add_output({"name": "Y", "data_type": "TYPE_INT64", "dims": [2]})
+        config.set_max_batch_size(4)
+        config.set_dynamic_batching()
+        return config
+
+    async def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy() * 2)])
+            for r in requests
+        ]
+"""
+
+MISBEHAVING_CONFIG = """
+name: "misbehaving"
+backend: "python"
+input [{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }]
+output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]
+instance_group [{ kind: KIND_CPU count: 1 }]
+"""
+
+# Misbehaves as the request's `mode` parameter says; counts its executions in a custom metric.
+MISBEHAVING_MODEL = """
+import json
+import os
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        family = pb_utils.MetricFamily(
+            name="misbehaving_executions",
+            description="Executions of the misbehaving model",
+            kind=pb_utils.MetricFamily.COUNTER,
+        )
+        self.executions = family.Metric(labels={"model": args["model_name"]})
+        self.pid = os.getpid()
+
+    def execute(self, requests):
+        self.executions.increment(1)
+        mode = json.loads(requests[0].parameters()).get("mode", "")
+        if mode == "raise":
+            raise ValueError("the model failed on purpose")
+        if mode == "die":
+            os._exit(3)
+        if mode == "hang":
+            time.sleep(4)
+        if mode == "count":
+            return []
+        if mode == "type":
+            return tuple()
+        if mode == "error":
+            error = pb_utils.TritonError("bad input on purpose", pb_utils.TritonError.INVALID_ARG)
+            return [pb_utils.InferenceResponse(error=error)]
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            count = self.executions.value()
+            out = pb_utils.Tensor("OUT", (value * 0 + self.pid).astype("int32"))
+            responses.append(pb_utils.InferenceResponse([out], parameters={"executions": int(count)}))
+        return responses
+"""
+
+BLS_CONFIG = """
+name: "bls"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+"""
+
+# Runs the model its `target` parameter names (sync exec, or async_exec with `async`).
+BLS_MODEL = """
+import json
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        responses = []
+        for request in requests:
+            parameters = json.loads(request.parameters())
+            call = pb_utils.InferenceRequest(
+                model_name=parameters.get("target", "simple"),
+                inputs=[pb_utils.get_input_tensor_by_name(request, n) for n in ("INPUT0", "INPUT1")],
+                requested_output_names=["OUTPUT0", "OUTPUT1"],
+            )
+            answer = await call.async_exec() if parameters.get("async") else call.exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(answer.error().message())))
+                continue
+            outputs = [pb_utils.get_output_tensor_by_name(answer, n) for n in ("OUTPUT0", "OUTPUT1")]
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(t.name(), t.as_numpy()) for t in outputs]))
+        return responses
+"""
+
+
+def write_python_models(repo: Path) -> Path:
+    for name, config, model in (
+        ("add_sub", ADD_SUB_CONFIG, ADD_SUB_MODEL),
+        ("auto", None, AUTO_MODEL),
+        ("misbehaving", MISBEHAVING_CONFIG, MISBEHAVING_MODEL),
+        ("bls", BLS_CONFIG, BLS_MODEL),
+    ):
+        version = repo / name / "1"
+        version.mkdir(parents=True)
+        (version / "model.py").write_text(model)
+        if config is not None:
+            (repo / name / "config.pbtxt").write_text(config)
+    return repo
