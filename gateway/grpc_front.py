@@ -64,11 +64,38 @@ def stream_response(infer_response: bytes) -> bytes:
     return length_delimited(_INFER_RESPONSE_FIELD, body)
 
 
+def _more_response_suffix() -> bytes:
+    marker = pb.ModelInferResponse()
+    marker.parameters["triton_final_response"].bool_param = False
+    suffix: bytes = marker.SerializeToString()
+    return suffix
+
+
+_MORE_RESPONSE = _more_response_suffix()
+
+
+def stream_part(infer_response: bytes) -> bytes:
+    """A decoupled model's response with more to follow, as a ModelStreamInferResponse."""
+    return length_delimited(_INFER_RESPONSE_FIELD, infer_response + _MORE_RESPONSE)
+
+
 def stream_error(message: str, request_id: str) -> bytes:
     response = pb.ModelStreamInferResponse(error_message=message)
     response.infer_response.id = request_id
     response.infer_response.parameters["triton_final_response"].bool_param = True
     serialized: bytes = response.SerializeToString()
+    return serialized
+
+
+def _wants_empty_final(request: pb.ModelInferRequest) -> bool:
+    """Triton sends a decoupled model's final flag alone only to clients that ask for it."""
+    parameter = request.parameters.get("triton_enable_empty_final_response")
+    return parameter is not None and parameter.bool_param
+
+
+def _empty_response(request: pb.ModelInferRequest) -> bytes:
+    empty = pb.ModelInferResponse(id=request.id, model_name=request.model_name, model_version=request.model_version)
+    serialized: bytes = empty.SerializeToString()
     return serialized
 
 
@@ -214,7 +241,12 @@ class InferenceService:
                 if trace is not None:
                     await self._traced_stream_one(request, encoded, replace(call_context, trace=trace), responses)
                     return
-                responses.put_nowait(stream_response(await self._gateway.infer(request, encoded, call_context)))
+                # A decoupled model's earlier responses join the stream as they come.
+                own = replace(call_context, responses=lambda part: responses.put_nowait(stream_part(part)))
+                answer = await self._gateway.infer(request, encoded, own)
+                if answer or _wants_empty_final(request):
+                    answer = answer or _empty_response(request)
+                    responses.put_nowait(stream_response(answer))
             except TurnoutError as exc:
                 responses.put_nowait(stream_error(exc.message, request_id))
             except Exception as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -129,13 +130,19 @@ class SidecarClient:
     def __repr__(self) -> str:
         return f"SidecarClient({self.framework!r}, {self.address!r})"
 
-    async def infer(self, encoded: bytes, traceparent: str = "") -> bytes:
+    async def infer(
+        self, encoded: bytes, traceparent: str = "", responses: Callable[[bytes], None] | None = None
+    ) -> bytes:
         """Forward a serialized ModelInferRequest; return the serialized response. A traced
         request's `traceparent` rides the gRPC call's metadata (on the lane, the request's
-        own trace parameter carries it)."""
+        own trace parameter carries it). With `responses` (a stream's request), a decoupled
+        model's responses before its last go there, and the last is returned (b"" when the
+        model ended without one); only the lane carries them."""
         if self._lane is not None:
             try:
                 # The request id rides the frame, so the sidecar's lines name it at any level.
+                if responses is not None:
+                    return await self._stream(encoded, responses)
                 return await self._lane.call(encoded, REQUEST_ID.get())  # raises the sidecar's TurnoutError
             except TurnoutError as exc:
                 if isinstance(exc.__cause__, OSError):  # the connect failed: nothing was sent
@@ -151,6 +158,14 @@ class SidecarClient:
         except grpc.aio.AioRpcError as exc:
             raise _translate(exc, self.tls) from exc
         return response
+
+    async def _stream(self, encoded: bytes, responses: Callable[[bytes], None]) -> bytes:
+        assert self._lane is not None
+        async for payload, last in self._lane.stream(encoded, REQUEST_ID.get()):
+            if last:
+                return payload
+            responses(payload)
+        return b""  # pragma: no cover - a lane stream always ends with its last answer
 
     def _say_tls_failure(self, message: str) -> None:
         # Once per distinct failure, not once per request that meets it.

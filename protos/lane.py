@@ -12,6 +12,11 @@ if it has not run yet, and sends no reply. Writes made in one turn
 of the event loop leave in one syscall, so concurrent calls share the hop's cost.
 Either end may put TLS under the frames (an `ssl.SSLContext`), on TCP or a Unix socket.
 
+Several answers to one request (a decoupled model's): a STREAM request is an INFER that
+accepts them. Its answers are PART frames, each a response with more to follow, then one
+REPLY (the last response; an empty payload when the model ended without one) or ERROR.
+An INFER call never sees a PART frame.
+
 A frame may carry at most `max_frame` payload bytes (MAX_FRAME: the largest gRPC message
 Triton takes, plus the request id), checked on both ends: a sender refuses to send a larger
 one; a receiver reads a larger frame's header only, answers it with an error and drops its
@@ -25,7 +30,7 @@ import asyncio
 import itertools
 import ssl
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import IntEnum
 from functools import partial
 from typing import cast
@@ -45,6 +50,8 @@ class Kind(IntEnum):
     REPLY = 2
     ERROR = 3
     CANCEL = 4
+    STREAM = 5  # an INFER whose answers may be several PART frames before the REPLY
+    PART = 6  # one answer of a STREAM call, more to follow
 
 
 def encode_error(error: TurnoutError) -> bytes:
@@ -134,6 +141,8 @@ class _Framer(asyncio.Protocol):
 
 
 Handler = Callable[[memoryview, str], Awaitable[bytes]]
+# A STREAM call's answers: (payload, last); a stream that ends without a last one ends empty.
+StreamHandler = Callable[[memoryview, str], AsyncIterator[tuple[bytes, bool]]]
 
 
 def request_id_prefix(request_id: str) -> bytes:
@@ -146,9 +155,16 @@ def request_id_prefix(request_id: str) -> bytes:
 
 
 class _ServerConnection(_Framer):
-    def __init__(self, handler: Handler, tasks: set[asyncio.Task[None]], max_frame: int) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        tasks: set[asyncio.Task[None]],
+        max_frame: int,
+        stream_handler: StreamHandler | None = None,
+    ) -> None:
         super().__init__(max_frame)
         self._handler = handler
+        self._stream_handler = stream_handler
         self._tasks = tasks
         self._calls: dict[int, asyncio.Task[None]] = {}  # in-flight answers of this connection, by call id
 
@@ -162,14 +178,18 @@ class _ServerConnection(_Framer):
         length = payload[0] if payload else 0
         request_id = payload[1 : 1 + length].decode(errors="replace") if length else ""
         request = memoryview(payload)[1 + length :]
-        task = asyncio.get_running_loop().create_task(self._answer(call_id, request, request_id))
+        if kind == Kind.STREAM and self._stream_handler is not None:
+            answer = self._answer_stream(call_id, request, request_id, self._stream_handler)
+        else:
+            answer = self._answer(call_id, request, request_id)
+        task = asyncio.get_running_loop().create_task(answer)
         self._tasks.add(task)
         self._calls[call_id] = task
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda _: self._calls.pop(call_id, None))
 
     def frame_refused(self, call_id: int, kind: int, length: int) -> None:
-        if kind == Kind.INFER:
+        if kind in (Kind.INFER, Kind.STREAM):
             message = too_large(length, self.max_frame, sent=False)
             self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INVALID_ARG, message)))
 
@@ -193,14 +213,35 @@ class _ServerConnection(_Framer):
             else:
                 self.send(call_id, Kind.REPLY, reply)
 
+    async def _answer_stream(self, call_id: int, request: memoryview, request_id: str, handler: StreamHandler) -> None:
+        try:
+            async for payload, last in handler(request, request_id):
+                if len(payload) > self.max_frame:
+                    message = too_large(len(payload), self.max_frame, sent=True)
+                    self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, message)))
+                    return
+                self.send(call_id, Kind.REPLY if last else Kind.PART, payload)
+                if last:
+                    return
+        except TurnoutError as error:
+            self.send(call_id, Kind.ERROR, encode_error(error))
+            return
+        except Exception as error:  # the peer must always get an answer
+            self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, str(error))))
+            return
+        self.send(call_id, Kind.REPLY, b"")
+
 
 class LaneServer:
     """Serves the lane on a Unix socket path or a TCP host:port; `handler` answers one
     request, given the serialized request and its request id ("" when none came).
     Frames over `max_frame` bytes are refused both ways."""
 
-    def __init__(self, handler: Handler, max_frame: int = MAX_FRAME) -> None:
+    def __init__(
+        self, handler: Handler, max_frame: int = MAX_FRAME, stream_handler: StreamHandler | None = None
+    ) -> None:
         self._handler = handler
+        self._stream_handler = stream_handler
         self._max_frame = max_frame
         self._server: asyncio.AbstractServer | None = None
         self.tasks: set[asyncio.Task[None]] = set()  # in-flight answers, for draining
@@ -208,14 +249,17 @@ class LaneServer:
     async def start_unix(self, path: str, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(
-            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame), path, ssl=tls
+            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame, self._stream_handler), path, ssl=tls
         )
         return f"unix:{path}"
 
     async def start_tcp(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame), host, port, ssl=tls
+            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame, self._stream_handler),
+            host,
+            port,
+            ssl=tls,
         )
         bound = self._server.sockets[0].getsockname()
         return f"{bound[0]}:{bound[1]}"
@@ -234,9 +278,14 @@ class _ClientConnection(_Framer):
     def __init__(self, max_frame: int) -> None:
         super().__init__(max_frame)
         self.waiting: dict[int, asyncio.Future[bytes]] = {}
+        self.streams: dict[int, asyncio.Queue[tuple[int, bytes]]] = {}  # STREAM calls' answers
         self.closed = False
 
     def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
+        stream = self.streams.get(call_id)
+        if stream is not None:
+            stream.put_nowait((kind, payload))
+            return
         future = self.waiting.pop(call_id, None)
         if future is None or future.done():
             return  # the caller gave up on it
@@ -259,6 +308,8 @@ class _ClientConnection(_Framer):
             if not future.done():
                 future.set_exception(error)
         self.waiting.clear()
+        for stream in self.streams.values():
+            stream.put_nowait((Kind.ERROR, encode_error(error)))
 
 
 class LaneClient:
@@ -343,6 +394,36 @@ class LaneClient:
             raise
         finally:
             connection.waiting.pop(call_id, None)
+
+    async def stream(self, payload: bytes, request_id: str = "") -> AsyncIterator[tuple[bytes, bool]]:
+        """Send one STREAM request; yield its answers as (payload, last), or raise the
+        sidecar's TurnoutError. The last may be empty: the model ended with no response."""
+        prefix = request_id_prefix(request_id)
+        if len(prefix) + len(payload) > self._max_frame:
+            raise TurnoutError(Status.INVALID_ARG, too_large(len(prefix) + len(payload), self._max_frame, sent=True))
+        connection = self._connection
+        if connection is None or connection.closed:
+            connection = await self._connect()
+        call_id = next(self._ids)
+        answers: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
+        connection.streams[call_id] = answers
+        connection.send(call_id, Kind.STREAM, payload, prefix)
+        finished = False
+        try:
+            while True:
+                kind, answer = await answers.get()
+                if kind == Kind.PART:
+                    yield answer, False
+                    continue
+                finished = True
+                if kind == Kind.REPLY:
+                    yield answer, True
+                    return
+                raise decode_error(answer)
+        finally:
+            connection.streams.pop(call_id, None)
+            if not finished and not connection.closed:  # our caller gave up on it
+                connection.send(call_id, Kind.CANCEL, b"")
 
     async def drain(self, timeout: float) -> None:
         """Wait up to `timeout` seconds for the calls in flight to be answered: a sidecar

@@ -414,6 +414,8 @@ class DynamicBatcher:
                     continue
                 if isinstance(result, TurnoutError):
                     pending.future.set_exception(BackendFailure(result.status, result.message))
+                elif result is None:  # its responses go to pending.request.responses
+                    pending.future.set_result(Result({}, start - pending.enqueued_ns, times))
                 else:
                     queued = start - pending.enqueued_ns
                     pending.future.set_result(Result(result.outputs, queued, times, result.parameters))

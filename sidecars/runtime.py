@@ -59,8 +59,9 @@ class RequestInstance(ModelInstance, Protocol):
     """An instance that takes whole requests rather than one stacked batch (a python
     model's `execute` gets a list of requests, each with its own parameters and outputs)."""
 
-    async def execute_requests(self, requests: Sequence[ValidRequest]) -> list[Answer | TurnoutError]:
-        """Each request's outputs or its own error, in order; raises for the whole batch."""
+    async def execute_requests(self, requests: Sequence[ValidRequest]) -> list[Answer | TurnoutError | None]:
+        """Each request's outputs or its own error, in order; raises for the whole batch.
+        None for a request whose responses go to its `responses` callback (decoupled)."""
         ...
 
 

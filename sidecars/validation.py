@@ -3,9 +3,9 @@ decode of each input into numpy (typed `contents` or `raw_input_contents`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME, DataType
 from protos.sequence import SequenceFlags, read_sequence
 from protos.status import TurnoutError, invalid_arg, unsupported
+
+if TYPE_CHECKING:
+    from sidecars.runtime import Answer
 
 _INT64_MAX = 2**63 - 1
 
@@ -79,6 +82,9 @@ class ValidRequest:
     # The request's own parameters, for frameworks that hand them to the model (python):
     # those Triton's core reads itself (sequence, priority, timeout) are left out.
     parameters: dict[str, bool | int | float | str] = field(default_factory=dict)
+    # A decoupled model's responses, as its instance sends them: each response (or error)
+    # and whether it is the last; None with True ends the request without one.
+    responses: Callable[[Answer | TurnoutError | None, bool], None] | None = None
 
 
 def _names_text(names: Any) -> str:

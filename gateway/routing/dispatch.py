@@ -125,7 +125,7 @@ class Dispatcher:
                 self._pins.bind(model, sequence, version, client)
             try:
                 with self._balancer.track(client):
-                    return await client.infer(payload, _traceparent(context))
+                    return await client.infer(payload, _traceparent(context), context.responses)
             except SidecarUnreachable as exc:
                 self._balancer.eject(client, exc.message)
                 if self._clock() >= deadline or len(tried) >= len(candidates):
@@ -163,7 +163,7 @@ class Dispatcher:
             raise unavailable(f"{lost} no longer serves it; start the sequence again")
         try:
             with self._balancer.track(client):
-                return await client.infer(payload, _traceparent(context))
+                return await client.infer(payload, _traceparent(context), context.responses)
         except SidecarUnreachable as exc:
             self._balancer.eject(client, exc.message)
             raise unavailable(f"{lost} could not be reached; start the sequence again") from exc

@@ -44,7 +44,7 @@ _FINALIZE_SECS = 30.0
 _KIND_TEXT = {mc.ModelInstanceGroup.KIND_GPU: "GPU", mc.ModelInstanceGroup.KIND_MODEL: "MODEL"}
 _LOG_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG)  # Triton's INFO, WARNING, ERROR, VERBOSE
 
-Sink = Callable[[ResponseData | None, int], None]
+Sink = Callable[[Answer | TurnoutError | None, bool], None]
 
 
 class PythonRuntime:
@@ -269,9 +269,10 @@ class PythonInstance:
         sink = self._sinks.get(token)
         if sink is None:
             return
-        if flags & 1:
+        final = bool(flags & 1)
+        if final:
             del self._sinks[token]
-        sink(data, flags)
+        sink(_answer(data) if data is not None else None, final)
 
     def _child_died(self, child: _Child) -> None:
         if child is not self._child:
@@ -281,7 +282,7 @@ class PythonInstance:
         if self._batch is not None and not self._batch.done():
             self._batch.set_exception(error)
         for sink in list(self._sinks.values()):
-            sink(ResponseData({}, (error.status.value, error.message)), 1)
+            sink(error, True)
         self._sinks.clear()
 
     async def _ensure_child(self) -> None:
@@ -315,21 +316,18 @@ class PythonInstance:
         finally:
             self._batch = None
 
-    async def execute_requests(
-        self, requests: Sequence[ValidRequest], sinks: Sequence[Sink] | None = None
-    ) -> list[Answer | TurnoutError]:
+    async def execute_requests(self, requests: Sequence[ValidRequest]) -> list[Answer | TurnoutError | None]:
         """Run requests as one `execute` call; each request's outputs or its own error.
-        With `sinks` (decoupled models), responses go to each request's sink as the model
-        sends them, and the list comes back empty once `execute` returned."""
+        A decoupled model's responses go to each request's `responses` as the model sends
+        them (None in the list), also after `execute` returned."""
         batch = []
         tokens = []
         for request in requests:
             token = next(self._tokens)
             tokens.append(token)
             batch.append(_request_data(request, token))
-        if sinks is not None:
-            for token, sink in zip(tokens, sinks, strict=True):
-                self._sinks[token] = sink
+            if request.responses is not None:
+                self._sinks[token] = request.responses
         try:
             answer = await self._run(batch)
         except BaseException:
@@ -342,7 +340,7 @@ class PythonInstance:
                 self._sinks.pop(token, None)
             raise internal(answer[1])
         if kind == "executed":
-            return []
+            return [None] * len(requests)
         return [_answer(data) for data in answer[1]]
 
     async def execute(self, inputs: Tensors) -> dict[str, np.ndarray]:
@@ -351,6 +349,8 @@ class PythonInstance:
         answer = await self._run([data])
         if answer[0] == "batch_error":
             raise internal(answer[1])
+        if answer[0] == "executed":  # a decoupled model warming up: its responses are dropped
+            return {}
         result = _answer(answer[1][0])
         if isinstance(result, TurnoutError):
             raise result
