@@ -30,9 +30,13 @@ from sidecars.python.channel import Channel, ChannelClosed, MetricOp, RequestDat
 MODULE_NAME = "triton_python_backend_utils"
 
 
+class StubError(Exception):
+    """What the stub itself refuses (a wrong return from execute), in Triton's words alone."""
+
+
 def error_text(exc: BaseException) -> str:
     """An exception as Triton's stub reports a Python one: type and message, then the frames."""
-    if isinstance(exc, pb.TritonModelException):
+    if isinstance(exc, StubError):
         return str(exc)
     text = f"{type(exc).__name__}: {exc}"
     frames = traceback.extract_tb(exc.__traceback__)
@@ -98,9 +102,9 @@ class ModelProcess:
     def load_module(self) -> Any:
         model_file = Path(self.setup.model_file)
         if not model_file.is_file():
-            raise pb.TritonModelException(f"Python model file not found in '{model_file}'")
+            raise StubError(f"Python model file not found in '{model_file}'")
         if model_file.suffix != ".py":
-            raise pb.TritonModelException(f"Model name must end with '.py'. Model name is \"{model_file.name}\".")
+            raise StubError(f"Model name must end with '.py'. Model name is \"{model_file.name}\".")
         # As Triton's stub: the version folder and the model folder are importable, and the
         # model is imported as <version>.<file name>.
         sys.path.append(str(model_file.parent))
@@ -108,7 +112,7 @@ class ModelProcess:
         module = importlib.import_module(f"{self.setup.version}.{model_file.stem}")
         model_class = getattr(module, "TritonPythonModel", None)
         if model_class is None:
-            raise pb.TritonModelException(f"'{model_file}' defines no class TritonPythonModel")
+            raise StubError(f"'{model_file}' defines no class TritonPythonModel")
         return model_class
 
     def auto_complete(self, model_class: Any) -> str:
@@ -116,7 +120,7 @@ class ModelProcess:
         if hasattr(model_class, "auto_complete_config"):
             config = model_class.auto_complete_config(config)
         if not isinstance(config, pb.ModelConfig):
-            raise pb.TritonModelException(
+            raise StubError(
                 f"auto_complete_config function in model '{self.setup.model_name}' must return a valid "
                 "pb.ModelConfig object."
             )
@@ -181,7 +185,7 @@ class ModelProcess:
                     future.add_done_callback(lambda done: self._background_done(done, requests))
                     returned = None
                 elif returned is not None:
-                    raise pb.TritonModelException(
+                    raise StubError(
                         f"Python model '{self.setup.instance_name}' is using the decoupled mode and the execute "
                         "function must return None."
                     )
@@ -211,9 +215,9 @@ class ModelProcess:
         if returned is None:
             returned = [None] * len(requests)
         if not isinstance(returned, list):
-            raise pb.TritonModelException(f"Expected a list in the execute return, found type '{type(returned)}'.")
+            raise StubError(f"Expected a list in the execute return, found type '{type(returned)}'.")
         if len(returned) != len(requests):
-            raise pb.TritonModelException(
+            raise StubError(
                 "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
                 f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(returned)}\n"
             )
@@ -226,7 +230,7 @@ class ModelProcess:
                 responses.append(sent)
                 continue
             if not isinstance(response, pb.InferenceResponse):
-                raise pb.TritonModelException(
+                raise StubError(
                     "Expected an 'InferenceResponse' object in the execute function return list, "
                     f"found type '{type(response)}'."
                 )

@@ -172,6 +172,52 @@ class TritonPythonModel:
         return responses
 """
 
+REPEAT_CONFIG = """
+name: "repeat"
+backend: "python"
+model_transaction_policy { decoupled: true }
+input [{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }]
+output [
+  { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+instance_group [{ kind: KIND_CPU count: 1 }]
+"""
+
+# Decoupled: one response per element of IN, sent from a thread after execute returned,
+# then the final flag alone (`final: together` sends it with the last response instead).
+REPEAT_MODEL = """
+import json
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            together = json.loads(request.parameters()).get("final") == "together"
+            thread = threading.Thread(target=self.send, args=(request.get_response_sender(), values, together))
+            thread.start()
+        return None
+
+    def send(self, sender, values, together):
+        for index, value in enumerate(values):
+            time.sleep(0.01)
+            outputs = [
+                pb_utils.Tensor("OUT", np.array([value], dtype=np.int32)),
+                pb_utils.Tensor("IDX", np.array([index], dtype=np.uint32)),
+            ]
+            last = together and index == len(values) - 1
+            flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0
+            sender.send(pb_utils.InferenceResponse(outputs), flags=flags)
+        if not (together and len(values)):
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+
 
 def write_python_models(repo: Path) -> Path:
     for name, config, model in (
@@ -179,6 +225,7 @@ def write_python_models(repo: Path) -> Path:
         ("auto", None, AUTO_MODEL),
         ("misbehaving", MISBEHAVING_CONFIG, MISBEHAVING_MODEL),
         ("bls", BLS_CONFIG, BLS_MODEL),
+        ("repeat", REPEAT_CONFIG, REPEAT_MODEL),
     ):
         version = repo / name / "1"
         version.mkdir(parents=True)
