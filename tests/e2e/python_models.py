@@ -218,6 +218,41 @@ class TritonPythonModel:
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 
+# A python step then an ONNX one: bls (a+b, a-b) into simple, so OUTPUT0 = 2a, OUTPUT1 = 2b.
+MIXED_ENSEMBLE_CONFIG = """
+name: "mixed"
+platform: "ensemble"
+max_batch_size: 8
+input [
+  { name: "A" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "B" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [
+  { name: "TWICE_A" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "TWICE_B" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "bls"
+      model_version: -1
+      input_map { key: "INPUT0" value: "A" }
+      input_map { key: "INPUT1" value: "B" }
+      output_map { key: "OUTPUT0" value: "sum" }
+      output_map { key: "OUTPUT1" value: "difference" }
+    },
+    {
+      model_name: "simple"
+      model_version: -1
+      input_map { key: "INPUT0" value: "sum" }
+      input_map { key: "INPUT1" value: "difference" }
+      output_map { key: "OUTPUT0" value: "TWICE_A" }
+      output_map { key: "OUTPUT1" value: "TWICE_B" }
+    }
+  ]
+}
+"""
+
 
 def write_python_models(repo: Path) -> Path:
     for name, config, model in (
@@ -232,4 +267,6 @@ def write_python_models(repo: Path) -> Path:
         (version / "model.py").write_text(model)
         if config is not None:
             (repo / name / "config.pbtxt").write_text(config)
+    (repo / "mixed" / "1").mkdir(parents=True)
+    (repo / "mixed" / "config.pbtxt").write_text(MIXED_ENSEMBLE_CONFIG)
     return repo

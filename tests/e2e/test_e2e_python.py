@@ -220,11 +220,11 @@ def test_bls_errors_come_back_in_the_response(up: Server) -> None:
 def test_repository_lists_python_models_ready(up: Server) -> None:
     with httpclient.InferenceServerClient(up.http) as client:
         index = {entry["name"]: entry.get("state") for entry in client.get_model_repository_index()}
-    assert {index[name] for name in ("add_sub", "auto", "misbehaving", "bls", "simple")} == {"READY"}
+    assert {index[name] for name in ("add_sub", "auto", "misbehaving", "bls", "repeat", "mixed", "simple")} == {"READY"}
 
 
 def test_finalize_runs_at_shutdown(tmp_path: Path) -> None:
-    repo = write_python_models(tmp_path / "repo")
+    repo = write_python_models(write_repository(tmp_path / "repo", ("simple",)))
     with turnout_up(repo) as running:
         pass
     assert "add_sub finalized" in running.output()
@@ -304,3 +304,14 @@ def test_generate_stream_reports_an_error_as_an_event(up: Server) -> None:
         lines = [line for line in response.iter_lines() if line.startswith("data: ")]
     [event] = [json.loads(line.removeprefix("data: ")) for line in lines]
     assert event["error"].startswith("Failed to process the request(s) for model 'misbehaving_0_0'")
+
+
+def test_an_ensemble_runs_a_python_step_then_an_onnx_one(up: Server) -> None:
+    a, b = simple_arrays(seed=11)
+    inputs = [grpcclient.InferInput("A", [1, 16], "INT32"), grpcclient.InferInput("B", [1, 16], "INT32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    with grpcclient.InferenceServerClient(up.grpc) as client:
+        result = client.infer("mixed", inputs)
+    np.testing.assert_array_equal(result.as_numpy("TWICE_A"), 2 * a)
+    np.testing.assert_array_equal(result.as_numpy("TWICE_B"), 2 * b)
