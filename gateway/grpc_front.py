@@ -45,16 +45,17 @@ Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 StreamHandler = Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]
 
 
-def _final_response_suffix() -> bytes:
+def _final_response_suffix(final: bool) -> bytes:
     # Appending a serialized map entry to a serialized message adds that entry, so
     # `triton_final_response` joins the sidecar's response bytes without re-encoding.
     marker = pb.ModelInferResponse()
-    marker.parameters["triton_final_response"].bool_param = True
+    marker.parameters["triton_final_response"].bool_param = final
     suffix: bytes = marker.SerializeToString()
     return suffix
 
 
-_FINAL_RESPONSE = _final_response_suffix()
+_FINAL_RESPONSE = _final_response_suffix(True)
+_MORE_RESPONSE = _final_response_suffix(False)  # a decoupled model's response with more to follow
 _INFER_RESPONSE_FIELD = pb.ModelStreamInferResponse.INFER_RESPONSE_FIELD_NUMBER
 
 
@@ -62,16 +63,6 @@ def stream_response(infer_response: bytes) -> bytes:
     """A serialized ModelStreamInferResponse holding a serialized ModelInferResponse."""
     body = infer_response + _FINAL_RESPONSE
     return length_delimited(_INFER_RESPONSE_FIELD, body)
-
-
-def _more_response_suffix() -> bytes:
-    marker = pb.ModelInferResponse()
-    marker.parameters["triton_final_response"].bool_param = False
-    suffix: bytes = marker.SerializeToString()
-    return suffix
-
-
-_MORE_RESPONSE = _more_response_suffix()
 
 
 def stream_part(infer_response: bytes) -> bytes:

@@ -74,9 +74,4 @@ def read_labels(path: str) -> list[str]:
 def set_parameters(target: Any, parameters: Mapping[str, bool | int | str]) -> None:
     """A model's response parameters into a protobuf parameters map."""
     for key, value in parameters.items():
-        if isinstance(value, bool):
-            target[key].bool_param = value
-        elif isinstance(value, int):
-            target[key].int64_param = value
-        else:
-            target[key].string_param = str(value)
+        codec.set_parameter(target[key], value)

@@ -52,18 +52,11 @@ def _add_input(request: pb.ModelInferRequest, tensor: mc.ModelInput, value: Any,
 
 
 def _set_parameter(request: pb.ModelInferRequest, key: str, value: Any) -> None:
-    parameter = request.parameters[key]
-    if isinstance(value, bool):
-        parameter.bool_param = value
-    elif isinstance(value, int):
-        parameter.int64_param = value
-    elif isinstance(value, float):
-        parameter.double_param = value
-    elif isinstance(value, str):
-        parameter.string_param = value
-    else:
+    try:
+        codec.set_parameter(request.parameters[key], value)
+    except TypeError:
         del request.parameters[key]
-        raise invalid_arg(f"generate parameter '{key}' must be a string, number or boolean")
+        raise invalid_arg(f"generate parameter '{key}' must be a string, number or boolean") from None
 
 
 def generate_response(response: pb.ModelInferResponse) -> dict[str, Any]:

@@ -101,13 +101,7 @@ def _message(request: pb_utils.InferenceRequest) -> pb.ModelInferRequest:
         )
         message.parameters["sequence_end"].bool_param = bool(flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END)
     for key, value in json.loads(request.parameters() or "{}").items():
-        parameter = message.parameters[key]
-        if isinstance(value, bool):
-            parameter.bool_param = value
-        elif isinstance(value, int):
-            parameter.int64_param = value
-        else:
-            parameter.string_param = str(value)
+        codec.set_parameter(message.parameters[key], value)
     if request.timeout():
         message.parameters["timeout"].int64_param = request.timeout()
     return message
