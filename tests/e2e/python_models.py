@@ -218,6 +218,48 @@ class TritonPythonModel:
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 """
 
+ACCUMULATE_CONFIG = """
+name: "accumulate"
+backend: "python"
+max_batch_size: 0
+sequence_batching {
+  control_input [{ name: "START" control [{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }] }]
+  state [{
+    input_name: "TOTAL_IN" output_name: "TOTAL_OUT" data_type: TYPE_INT32 dims: [ 1 ]
+    initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" }
+  }]
+}
+input [{ name: "X" data_type: TYPE_INT32 dims: [ 1 ] }]
+output [
+  { name: "TOTAL" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "SEEN" data_type: TYPE_STRING dims: [ 1 ] }
+]
+"""
+
+# A running total in the sequence's implicit state; SEEN says what the request carried.
+ACCUMULATE_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            def value(name):
+                return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+
+            total = (value("TOTAL_IN") + value("X")).astype(np.int32)
+            seen = f"{request.correlation_id()}:{request.flags()}:{int(value('START')[0])}"
+            outputs = [
+                pb_utils.Tensor("TOTAL", total),
+                pb_utils.Tensor("TOTAL_OUT", total),
+                pb_utils.Tensor("SEEN", np.array([seen.encode()], dtype=object)),
+            ]
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+
 # A python step then an ONNX one: bls (a+b, a-b) into simple, so OUTPUT0 = 2a, OUTPUT1 = 2b.
 MIXED_ENSEMBLE_CONFIG = """
 name: "mixed"
@@ -261,6 +303,7 @@ def write_python_models(repo: Path) -> Path:
         ("misbehaving", MISBEHAVING_CONFIG, MISBEHAVING_MODEL),
         ("bls", BLS_CONFIG, BLS_MODEL),
         ("repeat", REPEAT_CONFIG, REPEAT_MODEL),
+        ("accumulate", ACCUMULATE_CONFIG, ACCUMULATE_MODEL),
     ):
         version = repo / name / "1"
         version.mkdir(parents=True)

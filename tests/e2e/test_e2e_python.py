@@ -315,3 +315,19 @@ def test_an_ensemble_runs_a_python_step_then_an_onnx_one(up: Server) -> None:
         result = client.infer("mixed", inputs)
     np.testing.assert_array_equal(result.as_numpy("TWICE_A"), 2 * a)
     np.testing.assert_array_equal(result.as_numpy("TWICE_B"), 2 * b)
+
+
+def test_a_sequence_reaches_the_model_with_its_state_id_and_flags(up: Server) -> None:
+    seen = []
+    totals = []
+    with httpclient.InferenceServerClient(up.http) as client:
+        for index, x in enumerate([1, 2, 3]):
+            inputs = [httpclient.InferInput("X", [1], "INT32")]
+            inputs[0].set_data_from_numpy(np.array([x], dtype=np.int32))
+            result = client.infer(
+                "accumulate", inputs, sequence_id=42, sequence_start=index == 0, sequence_end=index == 2
+            )
+            totals.append(int(result.as_numpy("TOTAL")[0]))
+            seen.append(result.as_numpy("SEEN")[0].decode())
+    assert totals == [1, 3, 6]
+    assert seen == ["42:1:1", "42:0:0", "42:2:0"]
