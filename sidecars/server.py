@@ -153,6 +153,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         if loaded.config.model_transaction_policy.decoupled:
             raise unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")
         reason = "OTHER"  # Triton's failure reason, by the step that failed
+        valid = None
         try:
             valid = validate(request, loaded.signature)
             reason = "REJECTED"
@@ -173,6 +174,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             log.info("infer failed (%s): %s", reason, exc.message)
             raise
         except asyncio.CancelledError:
+            if valid is not None:
+                valid.cancelled = True  # a model still running it may ask (python's is_cancelled)
             loaded.stats.record_failure(time.monotonic_ns() - start, "CANCELED")
             log.debug("infer cancelled by its client")
             raise
@@ -193,6 +196,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         REQUEST_ID.set(request_id or request.id)
         loaded = self.manager.resolve(request.model_name, request.model_version)
         answers: asyncio.Queue[tuple[Answer | TurnoutError | None, bool]] = asyncio.Queue()
+        valid = None
         try:
             valid = validate(request, loaded.signature)
             valid.responses = lambda answer, last: answers.put_nowait((answer, last))
@@ -213,6 +217,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         except TurnoutError as exc:
             loaded.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
             log.info("infer failed: %s", exc.message)
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            if valid is not None:
+                valid.cancelled = True  # the model's response sender says so from now on
+            loaded.stats.record_failure(time.monotonic_ns() - start, "CANCELED")
             raise
         loaded.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.times)
 

@@ -85,6 +85,7 @@ class ValidRequest:
     # A decoupled model's responses, as its instance sends them: each response (or error)
     # and whether it is the last; None with True ends the request without one.
     responses: Callable[[Answer | TurnoutError | None, bool], None] | None = None
+    cancelled: bool = False  # its client gave up on it (set on the event loop, read by any thread)
 
 
 def _names_text(names: Any) -> str:

@@ -28,6 +28,7 @@ class _Process(Protocol):
     def log(self, level: int, message: str) -> None: ...
     def metric(self, op: str, family: MetricFamily, labels: tuple[tuple[str, str], ...], value: float) -> float: ...
     def send(self, request: InferenceRequest, response: InferenceResponse | None, flags: int) -> None: ...
+    def is_cancelled(self, request: InferenceRequest) -> bool: ...
     def execute_bls(self, request: InferenceRequest, decoupled: bool) -> Any: ...
 
 
@@ -252,7 +253,7 @@ class InferenceResponseSender:
         _link().send(self._request, response, flags)
 
     def is_cancelled(self) -> bool:
-        return False
+        return _link().is_cancelled(self._request)
 
     def is_closed(self) -> bool:
         return self._closed
@@ -318,7 +319,8 @@ class InferenceRequest:
         return None
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client gave up on this request (its deadline passed, it cancelled)."""
+        return _link().is_cancelled(self)
 
     def get_response_sender(self) -> InferenceResponseSender:
         if self._sender is None:

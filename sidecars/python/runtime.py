@@ -135,6 +135,7 @@ class _Child:
         self.channel = channel
         self.setup_message = setup
         self.metrics = metrics
+        self.is_cancelled: Callable[[int], bool] = lambda token: False
         self.dead = False  # set by the reader thread once the process is gone
 
     @classmethod
@@ -180,7 +181,9 @@ class _Child:
         elif kind == "metric":
             self.metrics.apply(message[1])
         elif kind == "query":
-            self.channel.send(("reply", message[1], self.metrics.apply(message[2])))
+            asked = message[2]
+            answer = self.is_cancelled(asked) if isinstance(asked, int) else self.metrics.apply(asked)
+            self.channel.send(("reply", message[1], answer))
         else:
             return False
         return True
@@ -210,6 +213,7 @@ class PythonInstance:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._batch: asyncio.Future[tuple[Any, ...]] | None = None
         self._sinks: dict[int, Sink] = {}
+        self._live: dict[int, ValidRequest] = {}  # requests the model may still ask about, by token
         self._tokens = itertools.count(1)
         self._closing = False
         self._child: _Child | None = None
@@ -222,6 +226,7 @@ class PythonInstance:
     def _start(self) -> None:
         """Blocking: a new child, initialized, with its reader thread."""
         child = _Child.start(self._setup, self._metrics)
+        child.is_cancelled = self._is_cancelled
         try:
             child.setup()
         except BaseException:
@@ -229,6 +234,11 @@ class PythonInstance:
             raise
         self._child = child
         threading.Thread(target=self._read, args=(child,), name=f"{self.name}-reader", daemon=True).start()
+
+    def _is_cancelled(self, token: int) -> bool:
+        """Asked from the reader thread: a flag the event loop sets, read once."""
+        request = self._live.get(token)
+        return request is not None and request.cancelled
 
     def _unhealthy(self) -> TurnoutError:
         return internal(
@@ -272,6 +282,7 @@ class PythonInstance:
         final = bool(flags & 1)
         if final:
             del self._sinks[token]
+            self._live.pop(token, None)
         sink(_answer(data) if data is not None else None, final)
 
     def _child_died(self, child: _Child) -> None:
@@ -284,6 +295,7 @@ class PythonInstance:
         for sink in list(self._sinks.values()):
             sink(error, True)
         self._sinks.clear()
+        self._live.clear()
 
     async def _ensure_child(self) -> None:
         if self._child is not None and not self._child.dead:
@@ -326,6 +338,7 @@ class PythonInstance:
             token = next(self._tokens)
             tokens.append(token)
             batch.append(_request_data(request, token))
+            self._live[token] = request
             if request.responses is not None:
                 self._sinks[token] = request.responses
         try:
@@ -333,11 +346,16 @@ class PythonInstance:
         except BaseException:
             for token in tokens:
                 self._sinks.pop(token, None)
+                self._live.pop(token, None)
             raise
         kind = answer[0]
+        for token in tokens:
+            if token not in self._sinks:  # a decoupled request is live until its final response
+                self._live.pop(token, None)
         if kind == "batch_error":
             for token in tokens:
                 self._sinks.pop(token, None)
+                self._live.pop(token, None)
             raise internal(answer[1])
         if kind == "executed":
             return [None] * len(requests)

@@ -82,6 +82,14 @@ class ModelProcess:
         finally:
             self._replies.pop(query_id, None)
 
+    def is_cancelled(self, request: pb.InferenceRequest) -> bool:
+        """Whether the request's client gave up: asked of the sidecar each time (a BLS
+        request, which has no token, never is)."""
+        if not request.token:
+            return False
+        answer: bool = self._ask(request.token)
+        return answer
+
     def send(self, request: pb.InferenceRequest, response: pb.InferenceResponse | None, flags: int) -> None:
         data = response_data(response) if response is not None else None
         if not self.setup.decoupled:

@@ -105,6 +105,9 @@ class TritonPythonModel:
             kind=pb_utils.MetricFamily.COUNTER,
         )
         self.executions = family.Metric(labels={"model": args["model_name"]})
+        self.saw_cancel = pb_utils.MetricFamily(
+            name="misbehaving_saw_cancel", description="Cancellations seen", kind=pb_utils.MetricFamily.GAUGE
+        ).Metric()
         self.pid = os.getpid()
 
     def execute(self, requests):
@@ -116,6 +119,13 @@ class TritonPythonModel:
             os._exit(3)
         if mode == "hang":
             time.sleep(4)
+        if mode == "until_cancelled":
+            deadline = time.monotonic() + 10
+            while not requests[0].is_cancelled() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.saw_cancel.set(1 if requests[0].is_cancelled() else -1)
+            error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
+            return [pb_utils.InferenceResponse(error=error)]
         if mode == "count":
             return []
         if mode == "type":

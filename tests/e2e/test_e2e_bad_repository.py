@@ -523,7 +523,7 @@ CASES = [
         GATEWAY,
     ),
 ]
-ONNX_CASES = [c for c in CASES if not c.name.startswith(("torch_", "ensemble_"))]
+ONNX_CASES = [c for c in CASES if not c.name.startswith(("torch_", "ensemble_", "python_"))]
 
 
 def write_bad_repository(repo: Path, cases: list[Case]) -> Path:

@@ -331,3 +331,17 @@ def test_a_sequence_reaches_the_model_with_its_state_id_and_flags(up: Server) ->
             seen.append(result.as_numpy("SEEN")[0].decode())
     assert totals == [1, 3, 6]
     assert seen == ["42:1:1", "42:0:0", "42:2:0"]
+
+
+def test_a_running_request_sees_its_client_give_up(up: Server) -> None:
+    inputs = [grpcclient.InferInput("IN", [1], "INT32")]
+    inputs[0].set_data_from_numpy(np.array([7], dtype=np.int32))
+    with grpcclient.InferenceServerClient(up.grpc) as client, pytest.raises(InferenceServerException):
+        client.infer("misbehaving", inputs, parameters={"mode": "until_cancelled"}, client_timeout=1.0)
+
+    def saw_cancel() -> bool:
+        text = httpx.get(f"http://{up.metrics}/metrics").text
+        return "misbehaving_saw_cancel 1" in text
+
+    assert eventually(saw_cancel, timeout=15)
+    _misbehave(up, "")
