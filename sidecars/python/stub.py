@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import itertools
 import json
+import os
 import queue
 import signal
 import socket
@@ -28,6 +29,7 @@ from sidecars.python import backend_utils as pb
 from sidecars.python.channel import Channel, ChannelClosed, MetricOp, RequestData, ResponseData, Setup
 
 MODULE_NAME = "triton_python_backend_utils"
+ORPHAN_GRACE_SECS = 10.0  # how long finalize may run once the sidecar is gone
 
 
 class StubError(Exception):
@@ -180,6 +182,10 @@ class ModelProcess:
             self._work.put(None)  # the sidecar is gone: finish as if told to
             for box in list(self._replies.values()):
                 box.put(0.0)
+            # A model stuck in execute never gets to finish: end the process regardless.
+            reaper = threading.Timer(ORPHAN_GRACE_SECS, os._exit, args=(1,))
+            reaper.daemon = True
+            reaper.start()
 
     def _execute(self, model: Any, batch: list[RequestData]) -> None:
         requests = [request_of(index, data) for index, data in enumerate(batch)]

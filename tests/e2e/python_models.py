@@ -270,6 +270,25 @@ class TritonPythonModel:
         return responses
 """
 
+NAMED_CONFIG = """
+name: "named"
+backend: "python"
+default_model_filename: "entry.py"
+input [{ name: "X" data_type: TYPE_INT32 dims: [ 1 ] }]
+output [{ name: "Y" data_type: TYPE_INT32 dims: [ 1 ] }]
+"""
+
+NAMED_MODEL = """
+import triton_python_backend_utils as pb_utils
+from helpers import triple
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        inputs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", triple(x))]) for x in inputs]
+"""
+
 # A python step then an ONNX one: bls (a+b, a-b) into simple, so OUTPUT0 = 2a, OUTPUT1 = 2b.
 MIXED_ENSEMBLE_CONFIG = """
 name: "mixed"
@@ -320,6 +339,12 @@ def write_python_models(repo: Path) -> Path:
         (version / "model.py").write_text(model)
         if config is not None:
             (repo / name / "config.pbtxt").write_text(config)
+    # default_model_filename names the file; a module beside it imports as in Triton.
+    named = repo / "named" / "1"
+    named.mkdir(parents=True)
+    (repo / "named" / "config.pbtxt").write_text(NAMED_CONFIG)
+    (named / "entry.py").write_text(NAMED_MODEL)
+    (named / "helpers.py").write_text("def triple(x):\n    return x * 3\n")
     (repo / "mixed" / "1").mkdir(parents=True)
     (repo / "mixed" / "config.pbtxt").write_text(MIXED_ENSEMBLE_CONFIG)
     return repo

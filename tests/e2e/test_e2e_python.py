@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.e2e.python_models import write_python_models
 from tests.e2e.simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
-from tests.harness import Server, eventually, live_children, turnout_up, write_repository
+from tests.harness import Server, eventually, live_children, pid_alive, turnout_up, write_repository
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +220,10 @@ def test_bls_errors_come_back_in_the_response(up: Server) -> None:
 def test_repository_lists_python_models_ready(up: Server) -> None:
     with httpclient.InferenceServerClient(up.http) as client:
         index = {entry["name"]: entry.get("state") for entry in client.get_model_repository_index()}
-    assert {index[name] for name in ("add_sub", "auto", "misbehaving", "bls", "repeat", "mixed", "simple")} == {"READY"}
+    assert {
+        index[name]
+        for name in ("add_sub", "auto", "misbehaving", "bls", "repeat", "mixed", "named", "accumulate", "simple")
+    } == {"READY"}
 
 
 def test_finalize_runs_at_shutdown(tmp_path: Path) -> None:
@@ -345,3 +348,40 @@ def test_a_running_request_sees_its_client_give_up(up: Server) -> None:
 
     assert eventually(saw_cancel, timeout=15)
     _misbehave(up, "")
+
+
+def test_default_model_filename_names_the_file_and_its_folder_imports(up: Server) -> None:
+    inputs = [httpclient.InferInput("X", [1], "INT32")]
+    inputs[0].set_data_from_numpy(np.array([5], dtype=np.int32))
+    with httpclient.InferenceServerClient(up.http) as client:
+        assert client.infer("named", inputs).as_numpy("Y").tolist() == [15]
+
+
+def _executions(server: Server) -> float:
+    for line in httpx.get(f"http://{server.metrics}/metrics").text.splitlines():
+        if line.startswith('misbehaving_executions{model="misbehaving"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def _python_sidecar(server: Server) -> int:
+    for pid in live_children(server.process.pid):
+        if "--framework=python" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0"):
+            return pid
+    raise AssertionError("no python sidecar under turnout up")
+
+
+def test_model_processes_end_with_a_killed_sidecar_which_comes_back(up: Server) -> None:
+    # Last in this module: the sidecar every test shares is killed (and restarted).
+    sidecar = _python_sidecar(up)
+    stubs = live_children(sidecar)
+    assert stubs  # one process per model instance
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        before = _executions(up)
+        hung = pool.submit(_misbehave, up, "hang")  # a stub busy in execute when its sidecar dies
+        assert eventually(lambda: _executions(up) > before)
+        os.kill(sidecar, signal.SIGKILL)
+        with pytest.raises(InferenceServerException):
+            hung.result(timeout=60)
+    assert eventually(lambda: not any(pid_alive(pid) for pid in stubs), timeout=30)
+    assert eventually(lambda: _served_by_another(up, -1), timeout=60)

@@ -112,3 +112,18 @@ def test_custom_metrics_share_a_family_and_render_each_kind() -> None:
     assert 'm_latency_bucket{model="m",le="5.0"} 2' in text
     assert 'm_latency_bucket{model="m",le="+Inf"} 2' in text
     assert 'm_latency_sum{model="m"} 3.5' in text
+
+
+def test_tensors_cross_dlpack_both_ways() -> None:
+    torch = pytest.importorskip("torch")
+    from torch.utils import dlpack as torch_dlpack
+
+    source = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    from_producer = pb_utils.Tensor.from_dlpack("X", source)
+    from_capsule = pb_utils.Tensor.from_dlpack("Y", torch_dlpack.to_dlpack(source))
+    for tensor in (from_producer, from_capsule):
+        assert tensor.shape() == [2, 3]
+        assert tensor.as_numpy().tolist() == source.tolist()
+    back = torch_dlpack.from_dlpack(from_producer.to_dlpack())
+    assert back.tolist() == source.tolist()
+    assert torch.from_dlpack(from_producer).tolist() == source.tolist()  # the producer protocol
