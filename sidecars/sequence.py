@@ -523,10 +523,7 @@ class SequenceBatcher:
         try:
             outputs = await lane.instance.execute(inputs)
         except Exception as exc:
-            for row in real:
-                assert row.pending is not None
-                if not row.pending.future.done():
-                    row.pending.future.set_exception(BackendFailure.of(exc))
+            _fail_rows(real, exc)
             return
         inferred = self._clock()
         times = BatchTimes(len(real), computed - start, inferred - computed, self._clock() - inferred, start)
@@ -557,10 +554,7 @@ class SequenceBatcher:
         try:
             results = await instance.execute_requests(requests)
         except Exception as exc:
-            for row in real:
-                assert row.pending is not None
-                if not row.pending.future.done():
-                    row.pending.future.set_exception(BackendFailure.of(exc))
+            _fail_rows(real, exc)
             return
         inferred = self._clock()
         times = BatchTimes(len(real), 0, inferred - start, 0, start)
@@ -630,6 +624,14 @@ async def _wait_for_change(lane: _Lane, timeout_ns: int | None = None) -> None:
     finally:
         if timer is not None:
             timer.cancel()
+
+
+def _fail_rows(rows: list[_Row], exc: Exception) -> None:
+    """A batch the framework failed: each of its requests gets the error."""
+    for row in rows:
+        assert row.pending is not None
+        if not row.pending.future.done():
+            row.pending.future.set_exception(BackendFailure.of(exc))
 
 
 def _shapes(state: dict[str, np.ndarray]) -> tuple[tuple[str, tuple[int, ...]], ...]:
