@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import enum
 import json
-import struct
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
-from protos import datatypes
+# Re-exported: models reach them as pb_utils.<name>.
+from sidecars.python.auto_complete import ModelConfig as ModelConfig
+from sidecars.python.numpy_types import TRITON_STRING_TO_NUMPY as TRITON_STRING_TO_NUMPY
+from sidecars.python.numpy_types import deserialize_bytes_tensor as deserialize_bytes_tensor
+from sidecars.python.numpy_types import numpy_to_triton_type as numpy_to_triton_type
+from sidecars.python.numpy_types import serialize_byte_tensor as serialize_byte_tensor
+from sidecars.python.numpy_types import triton_string_to_numpy as triton_string_to_numpy
+from sidecars.python.numpy_types import triton_to_numpy_type as triton_to_numpy_type
 
 # -- the link to the sidecar, set by the stub ----------------------------------------------
 
@@ -46,67 +52,6 @@ TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
-
-TRITON_STRING_TO_NUMPY = {
-    "TYPE_BOOL": bool,
-    "TYPE_UINT8": np.uint8,
-    "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64,
-    "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16,
-    "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16,
-    "TYPE_FP32": np.float32,
-    "TYPE_FP64": np.float64,
-    "TYPE_STRING": np.object_,
-}
-# The config enum's numbers (TYPE_BOOL = 1 ... TYPE_STRING = 13), as Triton's helpers take them.
-_NUMBERED = [np.bool_, np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32, np.int64]
-_NUMBERED += [np.float16, np.float32, np.float64, np.object_]
-
-
-def triton_string_to_numpy(triton_type_string: str) -> Any:
-    return TRITON_STRING_TO_NUMPY[triton_type_string]
-
-
-def triton_to_numpy_type(data_type: int) -> Any:
-    return _NUMBERED[data_type - 1] if 1 <= data_type <= len(_NUMBERED) else None
-
-
-def numpy_to_triton_type(data_type: Any) -> int | None:
-    if data_type == np.bytes_:
-        return 13
-    for number, numpy_type in enumerate(_NUMBERED, start=1):
-        if data_type == numpy_type:
-            return number
-    return None
-
-
-def serialize_byte_tensor(input_tensor: np.ndarray) -> Any:
-    """BYTES elements as one buffer of length-prefixed items, in C order."""
-    if input_tensor.size == 0:
-        return ()
-    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
-        return None
-    parts = []
-    for element in input_tensor.reshape(-1):
-        item = element if isinstance(element, bytes) else str(element).encode("utf-8")
-        parts += [struct.pack("<I", len(item)), item]
-    return b"".join(parts)
-
-
-def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
-    items = []
-    offset = 0
-    while offset < len(encoded_tensor):
-        (length,) = struct.unpack_from("<I", encoded_tensor, offset)
-        offset += 4
-        items.append(bytes(encoded_tensor[offset : offset + length]))
-        offset += length
-    return np.array(items, dtype=np.object_)
-
 
 # -- errors ---------------------------------------------------------------------------------
 
@@ -461,106 +406,6 @@ class Metric:
         return _link().metric("value", self._family, self._labels, 0.0)
 
 
-# -- auto-complete --------------------------------------------------------------------------
-
-
-class ModelConfig:
-    """The configuration `auto_complete_config` gets and returns; only max_batch_size,
-    inputs, outputs, dynamic batching and the transaction policy may change."""
-
-    def __init__(self, model_config: str) -> None:
-        self._model_config = json.loads(model_config)
-
-    def as_dict(self) -> dict[str, Any]:
-        config: dict[str, Any] = self._model_config
-        return config
-
-    def _name(self) -> str:
-        return str(self._model_config.get("name", ""))
-
-    def set_max_batch_size(self, max_batch_size: int) -> None:
-        current = self._model_config.get("max_batch_size", 0)
-        if current > max_batch_size:
-            raise ValueError(
-                f"configuration specified max_batch_size {current}, but in auto-complete-config function for "
-                f"model '{self._name()}' specified max_batch_size {max_batch_size}"
-            )
-        self._model_config["max_batch_size"] = max_batch_size
-
-    def set_dynamic_batching(self) -> None:
-        for scheduler in ("sequence_batching", "ensemble_scheduling"):
-            if scheduler in self._model_config:
-                raise ValueError(
-                    f"Configuration specified scheduling_choice as '{scheduler}', but auto-complete-config "
-                    f"function for model '{self._name()}' tries to set scheduling_choice as 'dynamic_batching'"
-                )
-        self._model_config.setdefault("dynamic_batching", {})
-
-    def add_input(self, input: dict[str, Any]) -> None:
-        self._add("input", input, ("name", "data_type", "dims", "optional"))
-
-    def add_output(self, output: dict[str, Any]) -> None:
-        self._add("output", output, ("name", "data_type", "dims"))
-
-    def _add(self, kind: str, tensor: dict[str, Any], allowed: tuple[str, ...]) -> None:
-        name = self._name()
-        listed = "'" + "', '".join(allowed[:-1]) + f"' and '{allowed[-1]}'"
-        for key in tensor:
-            if key not in allowed:
-                raise ValueError(
-                    f"{kind} '{tensor.get('name')}' in auto-complete-config function for model '{name}' "
-                    f"contains property other than {listed}."
-                )
-        if "name" not in tensor:
-            raise ValueError(f"{kind} in auto-complete-config function for model '{name}' is missing 'name' property.")
-        for required in ("data_type", "dims"):
-            if required not in tensor:
-                raise ValueError(
-                    f"{kind} '{tensor['name']}' in auto-complete-config function for model '{name}' "
-                    f"is missing '{required}' property."
-                )
-        tensors = self._model_config.setdefault(kind, [])
-        for current in tensors:
-            if current["name"] != tensor["name"]:
-                continue
-            if current.get("data_type", "TYPE_INVALID") not in ("TYPE_INVALID", tensor["data_type"]):
-                raise ValueError(
-                    f"unable to load model '{name}', configuration expects datatype {current['data_type']} for "
-                    f"{kind} '{tensor['name']}', model provides {tensor['data_type']}"
-                )
-            if current.get("dims") and list(current["dims"]) != list(tensor["dims"]):
-                raise ValueError(
-                    f"model '{name}', tensor '{tensor['name']}': the model expects dims {tensor['dims']} "
-                    f"but the model configuration specifies dims {current['dims']}"
-                )
-            if "optional" in current and "optional" in tensor and current["optional"] != tensor["optional"]:
-                raise ValueError(
-                    f"model '{name}', tensor '{tensor['name']}': the model expects optional {tensor['optional']} "
-                    f"but the model configuration specifies optional {current['optional']}"
-                )
-            current.update(tensor)
-            return
-        tensors.append(dict(tensor))
-
-    def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
-        name = self._name()
-        for key in transaction_policy_dict:
-            if key != "decoupled":
-                raise ValueError(
-                    "model transaction property in auto-complete-config function for model "
-                    f"'{name}' contains property other than 'decoupled'."
-                )
-        policy = self._model_config.setdefault("model_transaction_policy", {})
-        if "decoupled" in transaction_policy_dict:
-            wanted = transaction_policy_dict["decoupled"]
-            if "decoupled" in policy and policy["decoupled"] != wanted:
-                raise ValueError(
-                    f"trying to change decoupled property in auto-complete-config for model '{name}', "
-                    f"which is already set to '{policy['decoupled']}'."
-                )
-            policy["decoupled"] = wanted
-
-
 # -- BLS responses of a decoupled model -----------------------------------------------------
 
 
@@ -588,10 +433,3 @@ def load_model(model_name: str, config: str = "", files: Any = None) -> None:
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
     raise TritonModelException("turnout: unload models through the gateway's repository API, not from a model")
-
-
-def _datatype_of(array: np.ndarray) -> str:
-    found = datatypes.from_numpy(array.dtype)
-    if found is None:
-        raise TritonModelException(f"unsupported numpy dtype {array.dtype} for a tensor")
-    return found.name
