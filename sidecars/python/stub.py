@@ -41,7 +41,8 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, StubError):
         return str(exc)
     text = f"{type(exc).__name__}: {exc}"
-    frames = traceback.extract_tb(exc.__traceback__)
+    # The model's frames only: Triton's stub calling it is C++, ours would be noise.
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename != __file__]
     if frames:
         text += "\n\nAt:\n" + "".join(f"  {f.filename}({f.lineno}): {f.name}\n" for f in reversed(frames))
     return text

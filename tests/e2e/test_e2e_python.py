@@ -110,7 +110,8 @@ def test_an_exception_in_execute_fails_the_requests_in_tritons_words(up: Server)
     assert message.startswith(
         "Failed to process the request(s) for model 'misbehaving_0_0', message: ValueError: the model failed on purpose"
     ), message
-    assert "model.py" in message  # the frames, as Triton's stub lists them
+    assert "model.py" in message  # the model's frames, as Triton's stub lists them
+    assert "stub.py" not in message
     assert caught.value.status() == "500"
     _misbehave(up, "")  # and it keeps serving
 
@@ -196,6 +197,26 @@ def test_custom_metrics_reach_the_fleet_metrics_port(up: Server) -> None:
     samples = [line for line in text.splitlines() if line.startswith('misbehaving_executions{model="misbehaving"}')]
     assert samples and float(samples[0].split()[-1]) >= 1
     assert 'nv_inference_request_success{model="add_sub",version="1"}' in text
+
+
+def test_statistics_count_python_requests_and_failures(up: Server) -> None:
+    _misbehave(up, "")
+    with pytest.raises(InferenceServerException):
+        _misbehave(up, "raise")
+    with httpclient.InferenceServerClient(up.http) as client:
+        stats = client.get_inference_statistics("misbehaving")["model_stats"][0]
+    assert stats["inference_count"] >= 1
+    assert stats["execution_count"] >= 1
+    assert stats["inference_stats"]["fail"]["count"] >= 1
+
+
+def test_generate_refuses_what_it_cannot_take(up: Server) -> None:
+    not_an_object = httpx.post(f"http://{up.http}/v2/models/add_sub/generate", json=[1, 2])
+    assert not_an_object.status_code == 400
+    assert not_an_object.json()["error"] == "generate request body must be a JSON object"
+    unknown = httpx.post(f"http://{up.http}/v2/models/nope/generate", json={"IN": [1]})
+    assert unknown.status_code == 404
+    assert "nope" in unknown.json()["error"]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
