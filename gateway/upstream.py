@@ -19,8 +19,8 @@ from google.protobuf.message import Message
 from protos import grpc_service_pb2 as pb
 from protos.lane import LaneClient
 from protos.logs import REQUEST_ID
-from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS
-from protos.status import Status, TurnoutError, status_from_grpc, unavailable
+from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE
+from protos.status import Status, TurnoutError, internal, status_from_grpc, unavailable
 from protos.trace import TRACEPARENT
 
 M = TypeVar("M", bound=Message)
@@ -126,6 +126,10 @@ class SidecarClient:
                     response_deserializer=getattr(pb, method.response).FromString,
                 )
         self._infer = self._calls["ModelInfer"]
+        # A stream's request to a sidecar without a lane: one request on its ModelStreamInfer.
+        self._stream_infer = self._channel.stream_stream(
+            f"/{SERVICE}/ModelStreamInfer", response_deserializer=pb.ModelStreamInferResponse.FromString
+        )
 
     def __repr__(self) -> str:
         return f"SidecarClient({self.framework!r}, {self.address!r})"
@@ -151,6 +155,8 @@ class SidecarClient:
                     raise SidecarUnreachable(exc.status, exc.message) from exc
                 raise
         try:
+            if responses is not None:
+                return await self._grpc_stream(encoded, responses)
             if traceparent:
                 response: bytes = await self._infer(encoded, metadata=((TRACEPARENT, traceparent),))
             else:
@@ -166,6 +172,18 @@ class SidecarClient:
                 return payload
             responses(payload)
         return b""  # pragma: no cover - a lane stream always ends with its last answer
+
+    async def _grpc_stream(self, encoded: bytes, responses: Callable[[bytes], None]) -> bytes:
+        """`_stream` over the sidecar's ModelStreamInfer: its responses up to the final one."""
+        async for answer in self._stream_infer(iter([encoded])):
+            if answer.error_message:
+                raise internal(answer.error_message)
+            final = answer.infer_response.parameters.get("triton_final_response")
+            payload: bytes = answer.infer_response.SerializeToString()
+            if final is not None and final.bool_param:
+                return payload
+            responses(payload)
+        return b""  # the final flag came alone, and the client did not ask to see it
 
     def _say_tls_failure(self, message: str) -> None:
         # Once per distinct failure, not once per request that meets it.
