@@ -202,13 +202,10 @@ class PythonInstance:
     """One model instance: its child process, restarted after it dies. Takes whole
     requests (`execute_requests`), as Triton hands a python model a list of them."""
 
-    takes_requests = True
-
     def __init__(self, setup: Setup, config: mc.ModelConfig, metrics: CustomMetrics) -> None:
         self._setup = setup
         self._metrics = metrics
         self._outputs = [output.name for output in config.output]
-        self._decoupled = setup.decoupled
         self._sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix=setup.instance_name)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._batch: asyncio.Future[tuple[Any, ...]] | None = None
@@ -286,6 +283,7 @@ class PythonInstance:
         sink(_answer(data) if data is not None else None, final)
 
     def _child_died(self, child: _Child) -> None:
+        child.channel.close()
         if child is not self._child:
             return
         self._child = None
