@@ -283,13 +283,17 @@ class InferenceService:
         assert trace is not None
         trace.stamp(GRPC_WAITREAD_START)
         trace.stamp(GRPC_WAITREAD_END)
+        own = replace(context, responses=lambda part: responses.put_nowait(stream_part(part)))
         try:
-            answer = await self._gateway.infer(request, encoded, context)
+            answer = await self._gateway.infer(request, encoded, own)
         except BaseException:
             trace.finish()
             raise
         trace.stamp(INFER_RESPONSE_COMPLETE)
-        responses.put_nowait((stream_response(answer), trace))
+        if answer or _wants_empty_final(request):
+            responses.put_nowait((stream_response(answer or _empty_response(request)), trace))
+        else:
+            trace.finish()
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
         return await self._gateway.model_config(request)

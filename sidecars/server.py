@@ -193,7 +193,13 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         """A request to a decoupled model: each response as the model sends it, with
         whether it is the last; (None, True) when the model ended without one."""
         start = time.monotonic_ns()
+        parameters = request.parameters
+        if REQUEST_ID_PARAMETER in parameters:
+            request_id = request_id or parameters[REQUEST_ID_PARAMETER].string_param
+            del parameters[REQUEST_ID_PARAMETER]
         REQUEST_ID.set(request_id or request.id)
+        if TRACE_PARAMETER in parameters:  # a traced stream request: no timestamps from here
+            del parameters[TRACE_PARAMETER]
         loaded = self.manager.resolve(request.model_name, request.model_version)
         answers: asyncio.Queue[tuple[Answer | TurnoutError | None, bool]] = asyncio.Queue()
         valid = None

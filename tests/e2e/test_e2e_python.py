@@ -378,6 +378,15 @@ def test_default_model_filename_names_the_file_and_its_folder_imports(up: Server
         assert client.infer("named", inputs).as_numpy("Y").tolist() == [15]
 
 
+def test_a_traced_stream_request_to_a_decoupled_model_streams_too(tmp_path: Path) -> None:
+    repo = write_python_models(write_repository(tmp_path / "repo", ("simple",)))
+    tracing = ("--trace-config=level=TIMESTAMPS", "--trace-config=rate=1", f"--trace-config=triton,file={tmp_path}/t")
+    with turnout_up(repo, *tracing) as traced:
+        got = _stream(traced, [2, 3], enable_empty_final_response=True)
+    assert [int(r.as_numpy("OUT")[0]) for r in got[:2]] == [2, 3]
+    assert len(got) == 3
+
+
 def _executions(server: Server) -> float:
     for line in httpx.get(f"http://{server.metrics}/metrics").text.splitlines():
         if line.startswith('misbehaving_executions{model="misbehaving"}'):
