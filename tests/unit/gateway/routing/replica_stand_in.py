@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TypeVar
 
 from google.protobuf.message import Message
@@ -61,7 +62,9 @@ class StandInReplica:
     def come_back(self) -> None:
         self._up.set()
 
-    async def infer(self, encoded: bytes, traceparent: str = "") -> bytes:
+    async def infer(
+        self, encoded: bytes, traceparent: str = "", responses: Callable[[bytes], None] | None = None
+    ) -> bytes:
         self.received.append(encoded)
         self.traceparents.append(traceparent)
         self._journal.append(self.name)
