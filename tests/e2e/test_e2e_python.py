@@ -415,3 +415,20 @@ def test_model_processes_end_with_a_killed_sidecar_which_comes_back(up: Server) 
             hung.result(timeout=60)
     assert eventually(lambda: not any(pid_alive(pid) for pid in stubs), timeout=30)
     assert eventually(lambda: _served_by_another(up, -1), timeout=60)
+
+
+def test_python_models_load_and_unload_on_request(tmp_path: Path) -> None:
+    repo = write_python_models(write_repository(tmp_path / "repo", ("simple",)))
+    with turnout_up(repo, "--model-control-mode=explicit") as explicit:
+        with httpclient.InferenceServerClient(explicit.http) as client:
+            assert not client.is_model_ready("add_sub")
+            client.load_model("add_sub")
+            assert client.is_model_ready("add_sub")
+            rng = np.random.default_rng(9)
+            a, b = rng.random((1, 4), dtype=np.float32), rng.random((1, 4), dtype=np.float32)
+            np.testing.assert_allclose(
+                client.infer("add_sub", _add_sub_inputs(httpclient, a, b)).as_numpy("OUTPUT0"), a + b
+            )
+            client.unload_model("add_sub")
+            assert eventually(lambda: not client.is_model_ready("add_sub"))
+        assert eventually(lambda: "add_sub finalized" in explicit.output())
