@@ -17,7 +17,7 @@ output [
   { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
   { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] }
 ]
-dynamic_batching { max_queue_delay_microseconds: 20000 }
+dynamic_batching { max_queue_delay_microseconds: 100000 }
 instance_group [{ kind: KIND_CPU count: 1 }]
 """
 
