@@ -282,8 +282,8 @@ class _ClientConnection(_Framer):
         self.closed = False
 
     def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
-        stream = self.streams.get(call_id)
-        if stream is not None:
+        # Checked only while a STREAM call is open: plain calls pay one empty-dict test.
+        if self.streams and (stream := self.streams.get(call_id)) is not None:
             stream.put_nowait((kind, payload))
             return
         future = self.waiting.pop(call_id, None)
@@ -295,6 +295,11 @@ class _ClientConnection(_Framer):
             future.set_exception(decode_error(payload))
 
     def frame_refused(self, call_id: int, kind: int, length: int) -> None:
+        stream = self.streams.get(call_id)
+        if stream is not None:
+            error = TurnoutError(Status.INTERNAL, too_large(length, self.max_frame, sent=False))
+            stream.put_nowait((Kind.ERROR, encode_error(error)))
+            return
         future = self.waiting.pop(call_id, None)
         if future is not None and not future.done():
             future.set_exception(TurnoutError(Status.INTERNAL, too_large(length, self.max_frame, sent=False)))

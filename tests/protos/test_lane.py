@@ -307,6 +307,8 @@ async def _streamer(view: memoryview, request_id: str) -> AsyncIterator[tuple[by
         yield b"last", True
     elif ending == "fail":
         raise TurnoutError(Status.INTERNAL, "the model failed mid-stream")
+    elif ending.startswith("big"):
+        yield bytes(int(ending[3:])), False
 
 
 @pytest.fixture
@@ -354,3 +356,19 @@ async def test_a_stream_error_ends_the_stream_after_its_parts(stream_lane) -> No
 async def test_a_stream_to_a_server_without_a_stream_handler_gets_one_reply(lane) -> None:
     _, client = lane
     assert [answer async for answer in client.stream(b"abc")] == [(b"cba", True)]
+
+
+async def test_a_stream_answer_over_the_clients_limit_ends_the_stream_with_an_error(tmp_path: Path) -> None:
+    server = LaneServer(_handler, stream_handler=_streamer)
+    client = LaneClient(await start(server, "unix", tmp_path), max_frame=SMALL_FRAME)
+    try:
+        got = []
+        with pytest.raises(TurnoutError) as caught:
+            async for answer in client.stream(f"n:1:big{SMALL_FRAME + 1}".encode(), "d"):
+                got.append(answer)
+        assert got == [(b"d-0", False)]
+        assert caught.value.message == f"Received message larger than max ({SMALL_FRAME + 1} vs. {SMALL_FRAME})"
+        assert [answer async for answer in client.stream(b"n:0:last")] == [(b"last", True)]  # the lane serves on
+    finally:
+        client.close()
+        server.stop_accepting()
