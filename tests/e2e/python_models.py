@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import queue
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
 
 ADD_SUB_CONFIG = """
 name: "add_sub"
@@ -348,3 +353,24 @@ def write_python_models(repo: Path) -> Path:
     (repo / "mixed" / "1").mkdir(parents=True)
     (repo / "mixed" / "config.pbtxt").write_text(MIXED_ENSEMBLE_CONFIG)
     return repo
+
+
+def stream_repeat(url: str, values: list[int], **options: Any) -> list[Any]:
+    """A request to `repeat` on a tritonclient gRPC stream (the sync client, which can ask
+    for the empty final response); every answer up to the one marked final."""
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    inputs = [grpcclient.InferInput("IN", [len(values)], "INT32")]
+    inputs[0].set_data_from_numpy(np.array(values, dtype=np.int32))
+    got = []
+    with grpcclient.InferenceServerClient(url) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            client.async_stream_infer("repeat", inputs, request_id="s1", **options)
+            while True:
+                result, error = answers.get(timeout=30)
+                assert error is None, error
+                got.append(result)
+                if result.get_response().parameters["triton_final_response"].bool_param:
+                    return got
+        finally:
+            client.stop_stream()

@@ -5,7 +5,6 @@ gRPC ModelStreamInfer (tritonclient's stream) and over HTTP through the generate
 from __future__ import annotations
 
 import json
-import queue
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.e2e.python_models import write_python_models
+from tests.e2e.python_models import stream_repeat, write_python_models
 from tests.harness import Server, turnout_up, write_repository
 
 
@@ -37,24 +36,7 @@ def test_generate_refuses_what_it_cannot_take(up: Server) -> None:
 
 
 def _stream(server: Server, values: list[int], **options: Any) -> list[Any]:
-    """A request to `repeat` on a tritonclient gRPC stream; every callback until the final one."""
-    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    data = np.array(values, dtype=np.int32)
-    inputs = [grpcclient.InferInput("IN", [len(values)], "INT32")]
-    inputs[0].set_data_from_numpy(data)
-    got = []
-    with grpcclient.InferenceServerClient(server.grpc) as client:
-        client.start_stream(callback=lambda result, error: answers.put((result, error)))
-        try:
-            client.async_stream_infer("repeat", inputs, request_id="s1", **options)
-            while True:
-                result, error = answers.get(timeout=30)
-                assert error is None, error
-                got.append(result)
-                if result.get_response().parameters["triton_final_response"].bool_param:
-                    return got
-        finally:
-            client.stop_stream()
+    return stream_repeat(server.grpc, values, **options)
 
 
 def test_a_decoupled_model_streams_every_response_in_order(up: Server) -> None:

@@ -5,17 +5,15 @@ gRPC only."""
 from __future__ import annotations
 
 import asyncio
-import queue
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 
 from gateway.settings import SidecarAddress
-from tests.e2e.python_models import REPEAT_CONFIG, REPEAT_MODEL
+from tests.e2e.python_models import REPEAT_CONFIG, REPEAT_MODEL, stream_repeat
 from tests.gateway.gateway_harness import gateway_settings, running_gateway
 from tests.sidecars.sidecar_harness import Sidecar, running
 
@@ -33,26 +31,7 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
 async def _stream(url: str, values: list[int], **options: Any) -> list[Any]:
     """A request to `repeat` on a tritonclient stream (the sync client: it can ask for the
     empty final response); every answer up to the final one."""
-    return await asyncio.to_thread(_stream_sync, url, values, options)
-
-
-def _stream_sync(url: str, values: list[int], options: dict[str, Any]) -> list[Any]:
-    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    inputs = [grpcclient.InferInput("IN", [len(values)], "INT32")]
-    inputs[0].set_data_from_numpy(np.array(values, dtype=np.int32))
-    got = []
-    with grpcclient.InferenceServerClient(url) as client:
-        client.start_stream(callback=lambda result, error: answers.put((result, error)))
-        try:
-            client.async_stream_infer("repeat", inputs, request_id="r", **options)
-            while True:
-                result, error = answers.get(timeout=30)
-                assert error is None, error
-                got.append(result)
-                if result.get_response().parameters["triton_final_response"].bool_param:
-                    return got
-        finally:
-            client.stop_stream()
+    return await asyncio.to_thread(partial(stream_repeat, url, values, **options))
 
 
 def _summary(results: list[Any]) -> list[tuple[list[int] | None, bool]]:
