@@ -4,7 +4,7 @@ when it is traced."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,9 @@ class RequestContext:
     deadline: float | None = None
     sequence: SequenceFlags | None = None
     trace: Trace | None = None
+    # A stream's request: a decoupled model's responses before its last go here, serialized
+    # (only a stream can carry several; without it a request wants exactly one answer).
+    responses: Callable[[bytes], None] | None = None
 
 
 NO_CONTEXT = RequestContext()

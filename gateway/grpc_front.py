@@ -45,16 +45,17 @@ Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 StreamHandler = Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[bytes]]
 
 
-def _final_response_suffix() -> bytes:
+def _final_response_suffix(final: bool) -> bytes:
     # Appending a serialized map entry to a serialized message adds that entry, so
     # `triton_final_response` joins the sidecar's response bytes without re-encoding.
     marker = pb.ModelInferResponse()
-    marker.parameters["triton_final_response"].bool_param = True
+    marker.parameters["triton_final_response"].bool_param = final
     suffix: bytes = marker.SerializeToString()
     return suffix
 
 
-_FINAL_RESPONSE = _final_response_suffix()
+_FINAL_RESPONSE = _final_response_suffix(True)
+_MORE_RESPONSE = _final_response_suffix(False)  # a decoupled model's response with more to follow
 _INFER_RESPONSE_FIELD = pb.ModelStreamInferResponse.INFER_RESPONSE_FIELD_NUMBER
 
 
@@ -64,11 +65,28 @@ def stream_response(infer_response: bytes) -> bytes:
     return length_delimited(_INFER_RESPONSE_FIELD, body)
 
 
+def stream_part(infer_response: bytes) -> bytes:
+    """A decoupled model's response with more to follow, as a ModelStreamInferResponse."""
+    return length_delimited(_INFER_RESPONSE_FIELD, infer_response + _MORE_RESPONSE)
+
+
 def stream_error(message: str, request_id: str) -> bytes:
     response = pb.ModelStreamInferResponse(error_message=message)
     response.infer_response.id = request_id
     response.infer_response.parameters["triton_final_response"].bool_param = True
     serialized: bytes = response.SerializeToString()
+    return serialized
+
+
+def _wants_empty_final(request: pb.ModelInferRequest) -> bool:
+    """Triton sends a decoupled model's final flag alone only to clients that ask for it."""
+    parameter = request.parameters.get("triton_enable_empty_final_response")
+    return parameter is not None and parameter.bool_param
+
+
+def _empty_response(request: pb.ModelInferRequest) -> bytes:
+    empty = pb.ModelInferResponse(id=request.id, model_name=request.model_name, model_version=request.model_version)
+    serialized: bytes = empty.SerializeToString()
     return serialized
 
 
@@ -214,7 +232,12 @@ class InferenceService:
                 if trace is not None:
                     await self._traced_stream_one(request, encoded, replace(call_context, trace=trace), responses)
                     return
-                responses.put_nowait(stream_response(await self._gateway.infer(request, encoded, call_context)))
+                # A decoupled model's earlier responses join the stream as they come.
+                own = replace(call_context, responses=lambda part: responses.put_nowait(stream_part(part)))
+                answer = await self._gateway.infer(request, encoded, own)
+                if answer or _wants_empty_final(request):
+                    answer = answer or _empty_response(request)
+                    responses.put_nowait(stream_response(answer))
             except TurnoutError as exc:
                 responses.put_nowait(stream_error(exc.message, request_id))
             except Exception as exc:
@@ -260,13 +283,17 @@ class InferenceService:
         assert trace is not None
         trace.stamp(GRPC_WAITREAD_START)
         trace.stamp(GRPC_WAITREAD_END)
+        own = replace(context, responses=lambda part: responses.put_nowait(stream_part(part)))
         try:
-            answer = await self._gateway.infer(request, encoded, context)
+            answer = await self._gateway.infer(request, encoded, own)
         except BaseException:
             trace.finish()
             raise
         trace.stamp(INFER_RESPONSE_COMPLETE)
-        responses.put_nowait((stream_response(answer), trace))
+        if answer or _wants_empty_final(request):
+            responses.put_nowait((stream_response(answer or _empty_response(request)), trace))
+        else:
+            trace.finish()
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
         return await self._gateway.model_config(request)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -20,8 +21,8 @@ from google.protobuf.message import Message
 from protos import grpc_service_pb2 as pb
 from protos.lane import LaneClient, LaneMismatch
 from protos.logs import REQUEST_ID
-from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS
-from protos.status import CAUSE_METADATA, Status, TurnoutError, cause_named, status_from_grpc, unavailable
+from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE
+from protos.status import CAUSE_METADATA, Status, TurnoutError, cause_named, internal, status_from_grpc, unavailable
 from protos.trace import TRACEPARENT
 
 M = TypeVar("M", bound=Message)
@@ -135,17 +136,27 @@ class SidecarClient:
                     response_deserializer=getattr(pb, method.response).FromString,
                 )
         self._infer = self._calls["ModelInfer"]
+        # A stream's request to a sidecar without a lane: one request on its ModelStreamInfer.
+        self._stream_infer = self._channel.stream_stream(
+            f"/{SERVICE}/ModelStreamInfer", response_deserializer=pb.ModelStreamInferResponse.FromString
+        )
 
     def __repr__(self) -> str:
         return f"SidecarClient({self.framework!r}, {self.address!r})"
 
-    async def infer(self, encoded: bytes, traceparent: str = "") -> bytes:
+    async def infer(
+        self, encoded: bytes, traceparent: str = "", responses: Callable[[bytes], None] | None = None
+    ) -> bytes:
         """Forward a serialized ModelInferRequest; return the serialized response. A traced
         request's `traceparent` rides the gRPC call's metadata (on the lane, the request's
-        own trace parameter carries it)."""
+        own trace parameter carries it). With `responses` (a stream's request), a decoupled
+        model's responses before its last go there, and the last is returned (b"" when the
+        model ended without one); only the lane carries them."""
         if self._lane is not None:
             try:
                 # The request id rides the frame, so the sidecar's lines name it at any level.
+                if responses is not None:
+                    return await self._stream(encoded, responses)
                 return await self._lane.call(encoded, REQUEST_ID.get())  # raises the sidecar's TurnoutError
             except LaneMismatch as exc:  # nothing was sent: another replica may take it
                 self._say_lane_failure(exc.message)
@@ -157,6 +168,8 @@ class SidecarClient:
                     raise SidecarUnreachable(exc.status, exc.message) from exc
                 raise
         try:
+            if responses is not None:
+                return await self._grpc_stream(encoded, responses)
             if traceparent:
                 response: bytes = await self._infer(encoded, metadata=((TRACEPARENT, traceparent),))
             else:
@@ -164,6 +177,26 @@ class SidecarClient:
         except grpc.aio.AioRpcError as exc:
             raise _translate(exc, self.tls) from exc
         return response
+
+    async def _stream(self, encoded: bytes, responses: Callable[[bytes], None]) -> bytes:
+        assert self._lane is not None
+        async for payload, last in self._lane.stream(encoded, REQUEST_ID.get()):
+            if last:
+                return payload
+            responses(payload)
+        return b""  # pragma: no cover - a lane stream always ends with its last answer
+
+    async def _grpc_stream(self, encoded: bytes, responses: Callable[[bytes], None]) -> bytes:
+        """`_stream` over the sidecar's ModelStreamInfer: its responses up to the final one."""
+        async for answer in self._stream_infer(iter([encoded])):
+            if answer.error_message:
+                raise internal(answer.error_message)
+            final = answer.infer_response.parameters.get("triton_final_response")
+            payload: bytes = answer.infer_response.SerializeToString()
+            if final is not None and final.bool_param:
+                return payload
+            responses(payload)
+        return b""  # the final flag came alone, and the client did not ask to see it
 
     def _say_lane_failure(self, message: str) -> None:
         # Once per distinct failure, not once per request that meets it.

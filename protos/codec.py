@@ -184,3 +184,18 @@ def deduce_raw_input(request: pb.ModelInferRequest, config: mc.ModelConfig) -> N
     tensor.name = spec.name
     tensor.datatype = datatype.name
     tensor.shape[:] = shape
+
+
+def set_parameter(parameter: pb.InferParameter, value: bool | int | float | str) -> None:
+    """A request or response parameter from a plain value, in the field its type takes;
+    TypeError for any other value."""
+    if isinstance(value, bool):
+        parameter.bool_param = value
+    elif isinstance(value, int):
+        parameter.int64_param = value
+    elif isinstance(value, float):
+        parameter.double_param = value
+    elif isinstance(value, str):
+        parameter.string_param = value
+    else:
+        raise TypeError(f"a parameter is a string, a number or a boolean, not {type(value).__name__}")

@@ -19,6 +19,11 @@ its own. Versions must match: where they do not, both ends refuse the connection
 text that names both versions and which side to upgrade (a peer that predates the handshake
 counts as version 1), and the gateway reports that sidecar not ready.
 
+Several answers to one request (a decoupled model's): a STREAM request is an INFER that
+accepts them. Its answers are PART frames, each a response with more to follow, then one
+REPLY (the last response; an empty payload when the model ended without one) or ERROR.
+An INFER call never sees a PART frame.
+
 A frame may carry at most `max_frame` payload bytes (MAX_FRAME: the largest gRPC message
 Triton takes, plus the request id). A sender checks against the limit its peer stated and
 refuses a larger frame with an error to its caller alone. A receiver checks every header
@@ -34,7 +39,7 @@ import itertools
 import logging
 import ssl
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import IntEnum
 from functools import partial
 from typing import cast
@@ -66,6 +71,8 @@ class Kind(IntEnum):
     ERROR = 3
     CANCEL = 4
     HELLO = 5  # the handshake, on call id 0
+    STREAM = 6  # an INFER whose answers may be several PART frames before the REPLY
+    PART = 7  # one answer of a STREAM call, more to follow
 
 
 def encode_error(error: TurnoutError) -> bytes:
@@ -185,6 +192,8 @@ class _Framer(asyncio.Protocol):
 
 
 Handler = Callable[[memoryview, str], Awaitable[bytes]]
+# A STREAM call's answers: (payload, last); a stream that ends without a last one ends empty.
+StreamHandler = Callable[[memoryview, str], AsyncIterator[tuple[bytes, bool]]]
 
 
 def request_id_prefix(request_id: str) -> bytes:
@@ -198,10 +207,16 @@ def request_id_prefix(request_id: str) -> bytes:
 
 class _ServerConnection(_Framer):
     def __init__(
-        self, handler: Handler, tasks: set[asyncio.Task[None]], max_frame: int, refused: set[tuple[str, int]]
+        self,
+        handler: Handler,
+        tasks: set[asyncio.Task[None]],
+        max_frame: int,
+        refused: set[tuple[str, int]],
+        stream_handler: StreamHandler | None = None,
     ) -> None:
         super().__init__(max_frame)
         self._handler = handler
+        self._stream_handler = stream_handler
         self._tasks = tasks
         self._refused = refused  # (peer host, version) pairs already logged, shared by the server's connections
         self._calls: dict[int, asyncio.Task[None]] = {}  # in-flight answers of this connection, by call id
@@ -259,7 +274,11 @@ class _ServerConnection(_Framer):
         length = payload[0] if payload else 0
         request_id = payload[1 : 1 + length].decode(errors="replace") if length else ""
         request = memoryview(payload)[1 + length :]
-        task = asyncio.get_running_loop().create_task(self._answer(call_id, request, request_id))
+        if kind == Kind.STREAM and self._stream_handler is not None:
+            answer = self._answer_stream(call_id, request, request_id, self._stream_handler)
+        else:
+            answer = self._answer(call_id, request, request_id)
+        task = asyncio.get_running_loop().create_task(answer)
         self._tasks.add(task)
         self._calls[call_id] = task
         task.add_done_callback(self._tasks.discard)
@@ -272,7 +291,7 @@ class _ServerConnection(_Framer):
             length,
             self.max_frame,
         )
-        if kind == Kind.INFER:  # the caller learns why, if its peer still reads
+        if kind in (Kind.INFER, Kind.STREAM):  # the caller learns why, if its peer still reads
             message = too_large(length, self.max_frame, sent=False)
             self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INVALID_ARG, message)))
         self.close_now()
@@ -297,14 +316,35 @@ class _ServerConnection(_Framer):
             else:
                 self.send(call_id, Kind.REPLY, reply)
 
+    async def _answer_stream(self, call_id: int, request: memoryview, request_id: str, handler: StreamHandler) -> None:
+        try:
+            async for payload, last in handler(request, request_id):
+                if len(payload) > self.max_frame:
+                    message = too_large(len(payload), self.max_frame, sent=True)
+                    self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, message)))
+                    return
+                self.send(call_id, Kind.REPLY if last else Kind.PART, payload)
+                if last:
+                    return
+        except TurnoutError as error:
+            self.send(call_id, Kind.ERROR, encode_error(error))
+            return
+        except Exception as error:  # the peer must always get an answer
+            self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, str(error))))
+            return
+        self.send(call_id, Kind.REPLY, b"")
+
 
 class LaneServer:
     """Serves the lane on a Unix socket path or a TCP host:port; `handler` answers one
     request, given the serialized request and its request id ("" when none came).
     Frames over `max_frame` bytes are refused both ways."""
 
-    def __init__(self, handler: Handler, max_frame: int = MAX_FRAME) -> None:
+    def __init__(
+        self, handler: Handler, max_frame: int = MAX_FRAME, stream_handler: StreamHandler | None = None
+    ) -> None:
         self._handler = handler
+        self._stream_handler = stream_handler
         self._max_frame = max_frame
         self._server: asyncio.AbstractServer | None = None
         self.tasks: set[asyncio.Task[None]] = set()  # in-flight answers, for draining
@@ -313,14 +353,19 @@ class LaneServer:
     async def start_unix(self, path: str, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(
-            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame, self._refused), path, ssl=tls
+            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame, self._refused, self._stream_handler),
+            path,
+            ssl=tls,
         )
         return f"unix:{path}"
 
     async def start_tcp(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> str:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame, self._refused), host, port, ssl=tls
+            lambda: _ServerConnection(self._handler, self.tasks, self._max_frame, self._refused, self._stream_handler),
+            host,
+            port,
+            ssl=tls,
         )
         bound = self._server.sockets[0].getsockname()
         return f"{bound[0]}:{bound[1]}"
@@ -340,10 +385,15 @@ class _ClientConnection(_Framer):
         super().__init__(max_frame)
         self.address = address
         self.waiting: dict[int, asyncio.Future[bytes]] = {}
+        self.streams: dict[int, asyncio.Queue[tuple[int, bytes]]] = {}  # STREAM calls' answers
         self.closed = False
         self._lost_because = ""  # why we closed it, for the calls it takes down
 
     def frame_received(self, call_id: int, kind: int, payload: bytes) -> None:
+        # Checked only while a STREAM call is open: plain calls pay one empty-dict test.
+        if self.streams and (stream := self.streams.get(call_id)) is not None:
+            stream.put_nowait((kind, payload))
+            return
         future = self.waiting.pop(call_id, None)
         if future is None or future.done():
             return  # the caller gave up on it
@@ -358,9 +408,14 @@ class _ClientConnection(_Framer):
             f"{self.max_frame}; the connection was closed"
         )
         log.error("%s", self._lost_because)
+        stream = self.streams.get(call_id)
+        if stream is not None:
+            error = TurnoutError(Status.INTERNAL, too_large(length, self.max_frame, sent=False))
+            stream.put_nowait((Kind.ERROR, encode_error(error)))
         future = self.waiting.pop(call_id, None)
         if future is not None and not future.done():
             future.set_exception(TurnoutError(Status.INTERNAL, too_large(length, self.max_frame, sent=False)))
+        self.closed = True  # now, not when the transport reports it: the next call connects afresh
         self.close_now()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -372,6 +427,8 @@ class _ClientConnection(_Framer):
             if not future.done():
                 future.set_exception(error)
         self.waiting.clear()
+        for stream in self.streams.values():
+            stream.put_nowait((Kind.ERROR, encode_error(error)))
 
 
 class LaneClient:
@@ -468,16 +525,22 @@ class LaneClient:
             return f"the sidecar at {self.address} did not answer the TLS handshake; does it serve TLS?"
         return f"sidecar at {self.address} is unreachable"
 
-    async def call(self, payload: bytes, request_id: str = "") -> bytes:
-        """Send one request, tagged with `request_id`; return the reply payload or raise
-        the sidecar's TurnoutError."""
+    async def _ready_for(self, payload: bytes, request_id: str) -> tuple[_ClientConnection, bytes]:
+        """The open connection and the frame's id prefix for a request; raises for a
+        request over the sidecar's stated limit (it would close the connection)."""
         prefix = request_id_prefix(request_id)
         connection = self._connection
         if connection is None or connection.closed:
             connection = await self._connect()
-        if len(prefix) + len(payload) > connection.peer_max_frame:  # the sidecar would close the connection
-            size = len(prefix) + len(payload)
+        size = len(prefix) + len(payload)
+        if size > connection.peer_max_frame:
             raise TurnoutError(Status.INVALID_ARG, too_large(size, connection.peer_max_frame, sent=True))
+        return connection, prefix
+
+    async def call(self, payload: bytes, request_id: str = "") -> bytes:
+        """Send one request, tagged with `request_id`; return the reply payload or raise
+        the sidecar's TurnoutError."""
+        connection, prefix = await self._ready_for(payload, request_id)
         call_id = next(self._ids)
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         connection.waiting[call_id] = future
@@ -491,6 +554,31 @@ class LaneClient:
             raise
         finally:
             connection.waiting.pop(call_id, None)
+
+    async def stream(self, payload: bytes, request_id: str = "") -> AsyncIterator[tuple[bytes, bool]]:
+        """Send one STREAM request; yield its answers as (payload, last), or raise the
+        sidecar's TurnoutError. The last may be empty: the model ended with no response."""
+        connection, prefix = await self._ready_for(payload, request_id)
+        call_id = next(self._ids)
+        answers: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
+        connection.streams[call_id] = answers
+        connection.send(call_id, Kind.STREAM, payload, prefix)
+        finished = False
+        try:
+            while True:
+                kind, answer = await answers.get()
+                if kind == Kind.PART:
+                    yield answer, False
+                    continue
+                finished = True
+                if kind == Kind.REPLY:
+                    yield answer, True
+                    return
+                raise decode_error(answer)
+        finally:
+            connection.streams.pop(call_id, None)
+            if not finished and not connection.closed:  # our caller gave up on it
+                connection.send(call_id, Kind.CANCEL, b"")
 
     async def drain(self, timeout: float) -> None:
         """Wait up to `timeout` seconds for the calls in flight to be answered: a sidecar

@@ -19,6 +19,7 @@ FRAMEWORK_OF: dict[str, str] = {
     "libtorch": "pytorch",
     "torch_aoti": "pytorch",
     "pytorch": "pytorch",
+    "python": "python",
     "tensorrt_plan": "tensorrt",
     "tensorrt": "tensorrt",
     # Ensembles: their configs live in the config-only ensemble sidecar; the gateway runs them.
@@ -30,10 +31,11 @@ DEFAULTS: dict[str, tuple[str, str, str]] = {
     "onnxruntime": ("onnxruntime", "onnxruntime_onnx", "model.onnx"),
     "pytorch": ("pytorch", "pytorch_libtorch", "model.pt"),
     "tensorrt": ("tensorrt", "tensorrt_plan", "model.plan"),
+    "python": ("python", "", "model.py"),
     "ensemble": ("", "ensemble", ""),  # Triton: an ensemble has no backend and no model file
 }
 
-_SUFFIX_FRAMEWORK = {".onnx": "onnxruntime", ".pt": "pytorch", ".pt2": "pytorch", ".plan": "tensorrt"}
+_SUFFIX_FRAMEWORK = {".onnx": "onnxruntime", ".pt": "pytorch", ".pt2": "pytorch", ".plan": "tensorrt", ".py": "python"}
 # Where a config does not parse, its platform and backend lines still say who reports it.
 _PLATFORM = re.compile(r'(?:^|[\s{}\]])(platform|backend)\s*:\s*"([^"]*)"')
 
@@ -48,7 +50,7 @@ def framework_of_name(platform_or_backend: str) -> str | None:
 
 
 # What turnout serves, for the refusal of a backend it has no sidecar for.
-SERVED = "the onnxruntime, pytorch and tensorrt backends, and ensembles"
+SERVED = "the onnxruntime, pytorch, tensorrt and python backends, and ensembles"
 
 
 def framework_of_fields(backend: str, platform: str) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +19,7 @@ from protos import model_config_pb2 as mc
 from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import TurnoutError, internal, unavailable
 from sidecars.batch_rules import BatchRules, Candidate, Plan
-from sidecars.runtime import ModelInstance
+from sidecars.runtime import ModelInstance, RequestInstance
 from sidecars.validation import ValidRequest
 
 
@@ -40,6 +40,7 @@ class Result:
     outputs: dict[str, np.ndarray]
     queue_ns: int
     times: BatchTimes
+    parameters: Mapping[str, bool | int | str] | None = None  # response parameters a model set
 
 
 @dataclass(eq=False)
@@ -133,6 +134,7 @@ class DynamicBatcher:
     ) -> None:
         self._clock = clock
         self._instances = list(instances)
+        self._takes_requests = bool(instances) and all(isinstance(i, RequestInstance) for i in instances)
         self._stats = stats
         self._batched = config.max_batch_size > 0
         self._gathers = self._batched and config.HasField("dynamic_batching")
@@ -360,6 +362,10 @@ class DynamicBatcher:
         sequence = formed.started
         assert sequence is not None
         start = self._clock()
+        if self._takes_requests:
+            assert isinstance(instance, RequestInstance)
+            await self._execute_requests(instance, batch, sequence, start)
+            return
         first = batch[0].request
         if len(batch) == 1:
             inputs = first.inputs
@@ -383,6 +389,36 @@ class DynamicBatcher:
             for pending, outputs_of_one in zip(batch, slices, strict=True):
                 if not pending.future.done():
                     pending.future.set_result(Result(outputs_of_one, start - pending.enqueued_ns, times))
+
+        self._deliver(sequence, deliver)
+
+    async def _execute_requests(
+        self, instance: RequestInstance, batch: list[_Pending], sequence: int, start: int
+    ) -> None:
+        """Hand the requests over whole (a python model's `execute` takes a list of them);
+        each gets its own outputs or its own error."""
+        rows = sum(p.request.batch_size for p in batch)
+        try:
+            results = await instance.execute_requests([p.request for p in batch])
+        except Exception as exc:
+            error = BackendFailure.of(exc)
+            self._deliver(sequence, lambda: _fail(batch, error))
+            return
+        inferred = self._clock()
+        times = BatchTimes(rows, 0, inferred - start, 0, start)
+        self._stats.record_batch(times)
+
+        def deliver() -> None:
+            for pending, result in zip(batch, results, strict=True):
+                if pending.future.done():
+                    continue
+                if isinstance(result, TurnoutError):
+                    pending.future.set_exception(BackendFailure(result.status, result.message))
+                elif result is None:  # its responses go to pending.request.responses
+                    pending.future.set_result(Result({}, start - pending.enqueued_ns, times))
+                else:
+                    queued = start - pending.enqueued_ns
+                    pending.future.set_result(Result(result.outputs, queued, times, result.parameters))
 
         self._deliver(sequence, deliver)
 

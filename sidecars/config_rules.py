@@ -372,8 +372,10 @@ def check_unimplemented(config: mc.ModelConfig) -> list[str]:
 
 def _refused_fields(config: mc.ModelConfig) -> list[tuple[str, str]]:
     refused = []
-    if config.model_transaction_policy.decoupled:
-        refused.append(("model_transaction_policy { decoupled: true }", "its sidecars send one response per request"))
+    if config.model_transaction_policy.decoupled and config.backend != "python":
+        refused.append(
+            ("model_transaction_policy { decoupled: true }", "only python models send several responses per request")
+        )
     if config.sequence_batching.iterative_sequence:
         refused.append(("sequence_batching { iterative_sequence: true }", "requests are never rescheduled"))
     if config.batch_input:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from protos.statistics import VersionStatistics
 from protos.triton_metrics import FAILURE_REASONS, Exposition, HostGauges, model_labels
 from sidecars.models import ModelManager
+from sidecars.runtime import MetricsSource
 
 # Powers of two: a dynamic batcher's sizes; the last finite bucket is the usual max_batch_size limit.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -36,6 +37,9 @@ class SidecarMetrics:
                 exposition.add("turnout_sidecar_queue_depth", labels, pending)
                 exposition.add("turnout_sidecar_instances", labels, loaded.batcher.instance_count)
                 _add_batch_sizes(exposition, labels, loaded.stats)
+        runtime = self._manager.runtime
+        if isinstance(runtime, MetricsSource):
+            runtime.add_metrics(exposition)
         self._host.add_to(exposition)
         return exposition.render().encode()
 

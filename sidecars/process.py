@@ -166,7 +166,7 @@ async def serve(settings: SidecarSettings) -> int:
     # The lane opens only once the start-up loads are done: a restarted sidecar that took
     # inferences earlier would answer NOT_FOUND, where a refused connection tells the
     # gateway to retry or fail over.
-    lane = LaneServer(service.infer_encoded)
+    lane = LaneServer(service.infer_encoded, stream_handler=service.stream_encoded)
     lane_address, lane_folder = await _start_lane(lane, settings, tls)
 
     # Only this coroutine, on the main thread's loop, installs signal handlers.

@@ -4,6 +4,7 @@ output, and Triton's classification strings for outputs asked for top-k classes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,9 @@ def build_response(
     raw = response.raw_output_contents
     for wanted in request.outputs:
         spec = signature.outputs[wanted.name]
-        array = outputs[wanted.name]
+        array = outputs.get(wanted.name)
+        if array is None:  # a python model may leave a requested output out, as in Triton
+            continue
         if spec.reshape is not None:
             array = array.reshape([request.batch_size, *spec.dims] if batched else list(spec.dims))
         if wanted.class_count > 0:
@@ -66,3 +69,9 @@ def _value_text(value: np.generic) -> str:
 def read_labels(path: str) -> list[str]:
     with open(path, encoding="utf-8") as handle:
         return [line.rstrip("\r\n") for line in handle]
+
+
+def set_parameters(target: Any, parameters: Mapping[str, bool | int | str]) -> None:
+    """A model's response parameters into a protobuf parameters map."""
+    for key, value in parameters.items():
+        codec.set_parameter(target[key], value)

@@ -8,13 +8,18 @@ import importlib
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from protos import model_config_pb2 as mc
-from protos.status import unavailable
+from protos.status import TurnoutError, unavailable
+
+if TYPE_CHECKING:
+    from protos.triton_metrics import Exposition
+    from sidecars.validation import ValidRequest
 
 # Imported lazily, so the ONNX image never imports torch or tensorrt.
 RUNTIMES: dict[str, str] = {
@@ -22,6 +27,7 @@ RUNTIMES: dict[str, str] = {
     "pytorch": "sidecars.pytorch.runtime:TorchRuntime",
     "tensorrt": "sidecars.tensorrt.runtime:TensorrtRuntime",
     "ensemble": "sidecars.ensemble.runtime:EnsembleRuntime",
+    "python": "sidecars.python.runtime:PythonRuntime",
 }
 
 Tensors = Mapping[str, np.ndarray]
@@ -38,6 +44,32 @@ class ModelInstance(Protocol):
     def close(self) -> None:
         """Release the framework's resources; called once, after the last execute."""
         ...
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One request's outputs from a RequestInstance, and the response parameters its model set."""
+
+    outputs: dict[str, np.ndarray]
+    parameters: Mapping[str, bool | int | str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class RequestInstance(ModelInstance, Protocol):
+    """An instance that takes whole requests rather than one stacked batch (a python
+    model's `execute` gets a list of requests, each with its own parameters and outputs)."""
+
+    async def execute_requests(self, requests: Sequence[ValidRequest]) -> list[Answer | TurnoutError | None]:
+        """Each request's outputs or its own error, in order; raises for the whole batch.
+        None for a request whose responses go to its `responses` callback (decoupled)."""
+        ...
+
+
+@runtime_checkable
+class MetricsSource(Protocol):
+    """A runtime with metrics of its own (python models' custom ones) for the sidecar's scrape."""
+
+    def add_metrics(self, exposition: Exposition) -> None: ...
 
 
 class RuntimeUnavailable(Exception):

@@ -13,7 +13,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import Cause, Status, TurnoutError, invalid_arg, unavailable
 from sidecars.batch_rules import BatchRules, Candidate
 from sidecars.batcher import BackendFailure, Result
-from sidecars.runtime import ModelInstance
+from sidecars.runtime import ModelInstance, RequestInstance
 from sidecars.sequence_config import FILLER, Row, SequenceTensors
 from sidecars.validation import ValidRequest
 
@@ -517,16 +517,16 @@ class SequenceBatcher:
 
     async def _run(self, lane: _Lane, rows: list[_Row]) -> None:
         start = self._clock()
+        if isinstance(lane.instance, RequestInstance):
+            await self._run_requests(lane.instance, rows, start)
+            return
         inputs = self._batch_inputs(rows)
         real = [row for row in rows if row.pending is not None]
         computed = self._clock()
         try:
             outputs = await lane.instance.execute(inputs)
         except Exception as exc:
-            for row in real:
-                assert row.pending is not None
-                if not row.pending.future.done():
-                    row.pending.future.set_exception(BackendFailure.of(exc))
+            _fail_rows(real, exc)
             return
         inferred = self._clock()
         times = BatchTimes(len(real), computed - start, inferred - computed, self._clock() - inferred, start)
@@ -541,6 +541,41 @@ class SequenceBatcher:
                 slot.state = {s.input_name: mine[s.output_name].copy() for s in self._tensors.states}
             if not pending.future.done():
                 pending.future.set_result(Result(mine, start - pending.enqueued_ns, times))
+
+    async def _run_requests(self, instance: RequestInstance, rows: list[_Row], start: int) -> None:
+        """The rows as requests of their own (a python model's execute takes a list of them),
+        each with its controls and state, its sequence's id and flags; filler rows are left out."""
+        real = [row for row in rows if row.pending is not None]
+        requests = []
+        for row in real:
+            assert row.pending is not None
+            flags = row.pending.flags
+            inputs = self._tensors.controls([Row(flags.start, flags.end, True, flags.id)])
+            inputs.update(row.pending.request.inputs)
+            inputs.update(row.state)
+            requests.append(replace(row.pending.request, inputs=inputs))
+        try:
+            results = await instance.execute_requests(requests)
+        except Exception as exc:
+            _fail_rows(real, exc)
+            return
+        inferred = self._clock()
+        times = BatchTimes(len(real), 0, inferred - start, 0, start)
+        self._stats.record_batch(times)
+        for row, result in zip(real, results, strict=True):
+            pending = row.pending
+            assert pending is not None
+            if isinstance(result, TurnoutError):
+                if not pending.future.done():
+                    pending.future.set_exception(BackendFailure(result.status, result.message))
+                continue
+            outputs = result.outputs if result is not None else {}
+            slot = row.slot
+            if slot.binding == row.binding and all(s.output_name in outputs for s in self._tensors.states):
+                slot.state = {s.input_name: outputs[s.output_name].copy() for s in self._tensors.states}
+            if not pending.future.done():
+                parameters = result.parameters if result is not None else None
+                pending.future.set_result(Result(outputs, start - pending.enqueued_ns, times, parameters))
 
     def _row_of(self, array: np.ndarray, position: int) -> np.ndarray:
         return array[position : position + 1] if self._batched else array
@@ -592,6 +627,14 @@ async def _wait_for_change(lane: _Lane, timeout_ns: int | None = None) -> None:
     finally:
         if timer is not None:
             timer.cancel()
+
+
+def _fail_rows(rows: list[_Row], exc: Exception) -> None:
+    """A batch the framework failed: each of its requests gets the error."""
+    for row in rows:
+        assert row.pending is not None
+        if not row.pending.future.done():
+            row.pending.future.set_exception(BackendFailure.of(exc))
 
 
 def _shapes(state: dict[str, np.ndarray]) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -23,7 +23,8 @@ from protos.trace import TRACE_PARAMETER, timestamps_text
 from sidecars.batcher import BackendFailure, Result
 from sidecars.config import parse_override, poll_failure
 from sidecars.models import LoadedVersion, ModelManager
-from sidecars.responses import build_response
+from sidecars.responses import build_response, set_parameters
+from sidecars.runtime import Answer
 from sidecars.settings import ControlMode
 from sidecars.validation import validate
 
@@ -149,7 +150,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         if verbose:
             log.debug("infer model '%s' version '%s'", request.model_name, request.model_version)
         loaded: LoadedVersion = self.manager.resolve(request.model_name, request.model_version)
+        if loaded.config.model_transaction_policy.decoupled:
+            raise unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")
         reason = "OTHER"  # Triton's failure reason, by the step that failed
+        valid = None
         try:
             valid = validate(request, loaded.signature)
             reason = "REJECTED"
@@ -158,6 +162,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             response = build_response(
                 loaded.name, loaded.version_text, loaded.signature, valid, result.outputs, loaded.labels
             )
+            if result.parameters:
+                set_parameters(response.parameters, result.parameters)
         except BackendFailure as exc:
             loaded.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
             # Failures are logged at default level, with the request id both processes share.
@@ -168,6 +174,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             log.info("infer failed (%s): %s", reason, exc.message)
             raise
         except asyncio.CancelledError:
+            if valid is not None:
+                valid.cancelled = True  # a model still running it may ask (python's is_cancelled)
             loaded.stats.record_failure(time.monotonic_ns() - start, "CANCELED")
             log.debug("infer cancelled by its client")
             raise
@@ -178,6 +186,67 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         if verbose:
             log.debug("infer done in %d us", (time.monotonic_ns() - start) // 1000)
         return response
+
+    async def _infer_decoupled(
+        self, request: pb.ModelInferRequest, request_id: str = ""
+    ) -> AsyncIterator[tuple[pb.ModelInferResponse | None, bool]]:
+        """A request to a decoupled model: each response as the model sends it, with
+        whether it is the last; (None, True) when the model ended without one."""
+        start = time.monotonic_ns()
+        parameters = request.parameters
+        if REQUEST_ID_PARAMETER in parameters:
+            request_id = request_id or parameters[REQUEST_ID_PARAMETER].string_param
+            del parameters[REQUEST_ID_PARAMETER]
+        REQUEST_ID.set(request_id or request.id)
+        if TRACE_PARAMETER in parameters:  # a traced stream request: no timestamps from here
+            del parameters[TRACE_PARAMETER]
+        loaded = self.manager.resolve(request.model_name, request.model_version)
+        answers: asyncio.Queue[tuple[Answer | TurnoutError | None, bool]] = asyncio.Queue()
+        valid = None
+        try:
+            valid = validate(request, loaded.signature)
+            valid.responses = lambda answer, last: answers.put_nowait((answer, last))
+            result = await loaded.batcher.submit(valid)
+            last = False
+            while not last:
+                answer, last = await answers.get()
+                if isinstance(answer, TurnoutError):
+                    raise answer
+                if answer is None:
+                    yield None, True
+                    continue
+                response = build_response(
+                    loaded.name, loaded.version_text, loaded.signature, valid, answer.outputs, loaded.labels
+                )
+                set_parameters(response.parameters, answer.parameters)
+                yield response, last
+        except TurnoutError as exc:
+            loaded.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
+            log.info("infer failed: %s", exc.message)
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            if valid is not None:
+                valid.cancelled = True  # the model's response sender says so from now on
+            loaded.stats.record_failure(time.monotonic_ns() - start, "CANCELED")
+            raise
+        loaded.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.times)
+
+    async def _stream_answers(
+        self, request: pb.ModelInferRequest, request_id: str = ""
+    ) -> AsyncIterator[tuple[pb.ModelInferResponse | None, bool]]:
+        """Every answer to one request of a stream: one for most models, as many as a
+        decoupled model sends."""
+        loaded = self.manager.resolve(request.model_name, request.model_version)
+        if not loaded.config.model_transaction_policy.decoupled:
+            yield await self._infer(request, request_id), True
+            return
+        async for answer in self._infer_decoupled(request, request_id):
+            yield answer
+
+    async def stream_encoded(self, encoded: memoryview, request_id: str) -> AsyncIterator[tuple[bytes, bool]]:
+        """A STREAM call on the gateway's lane: serialized responses, the last one marked."""
+        async for response, last in self._stream_answers(pb.ModelInferRequest.FromString(encoded), request_id):
+            yield (response.SerializeToString() if response is not None else b""), last
 
     async def infer_encoded(self, encoded: memoryview, request_id: str) -> bytes:
         """ModelInfer for the gateway's lane: a serialized request and the gateway's request
@@ -191,37 +260,55 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         self, requests: AsyncIterator[pb.ModelInferRequest], context: Any
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         # Requests run concurrently (so a stream can fill batches); responses leave in
-        # request order, each marked final, errors in-band so the stream stays open.
-        answers: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None] = asyncio.Queue()
+        # request order (a decoupled model's several in the order it sent them), the last
+        # of each marked final, errors in-band so the stream stays open.
+        answers: asyncio.Queue[asyncio.Queue[pb.ModelStreamInferResponse | None] | None] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
 
         async def read() -> None:
             async for request in requests:
-                answers.put_nowait(asyncio.create_task(self._stream_one(request)))
+                own: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+                answers.put_nowait(own)
+                task = asyncio.create_task(self._stream_one(request, own))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
             answers.put_nowait(None)
 
         reader = asyncio.create_task(read())
         try:
-            while (answer := await answers.get()) is not None:
-                yield await answer
+            while (own := await answers.get()) is not None:
+                while (response := await own.get()) is not None:
+                    yield response
             await reader
         finally:
             reader.cancel()
-            while not answers.empty():
-                leftover = answers.get_nowait()
-                if leftover is not None:
-                    leftover.cancel()
+            for task in list(tasks):
+                task.cancel()
 
-    async def _stream_one(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    async def _stream_one(
+        self, request: pb.ModelInferRequest, out: asyncio.Queue[pb.ModelStreamInferResponse | None]
+    ) -> None:
+        empty_final = request.parameters.get("triton_enable_empty_final_response")
         try:
-            response = pb.ModelStreamInferResponse(infer_response=await self._infer(request))
+            async for response, last in self._stream_answers(request):
+                if response is None:
+                    if not (empty_final is not None and empty_final.bool_param):
+                        continue  # as Triton: an empty final response only where the client asked
+                    response = pb.ModelInferResponse(
+                        id=request.id, model_name=request.model_name, model_version=request.model_version
+                    )
+                response.parameters["triton_final_response"].bool_param = last
+                out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
         except Exception as exc:
             message = exc.message if isinstance(exc, TurnoutError) else str(exc) or type(exc).__name__
-            response = pb.ModelStreamInferResponse(error_message=message)
-            response.infer_response.id = request.id
-            response.infer_response.model_name = request.model_name
-            response.infer_response.model_version = request.model_version
-        response.infer_response.parameters["triton_final_response"].bool_param = True
-        return response
+            failed = pb.ModelStreamInferResponse(error_message=message)
+            failed.infer_response.id = request.id
+            failed.infer_response.model_name = request.model_name
+            failed.infer_response.model_version = request.model_version
+            failed.infer_response.parameters["triton_final_response"].bool_param = True
+            out.put_nowait(failed)
+        finally:
+            out.put_nowait(None)
 
     # -- statistics and repository -------------------------------------------------------
 

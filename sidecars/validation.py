@@ -3,9 +3,9 @@ decode of each input into numpy (typed `contents` or `raw_input_contents`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME, DataType
 from protos.sequence import SequenceFlags, read_sequence
 from protos.status import TurnoutError, invalid_arg, unsupported
+
+if TYPE_CHECKING:
+    from sidecars.runtime import Answer
 
 _INT64_MAX = 2**63 - 1
 
@@ -76,6 +79,13 @@ class ValidRequest:
     priority: int
     timeout_us: int | None
     sequence: SequenceFlags | None = None
+    # The request's own parameters, for frameworks that hand them to the model (python):
+    # those Triton's core reads itself (sequence, priority, timeout) are left out.
+    parameters: dict[str, bool | int | float | str] = field(default_factory=dict)
+    # A decoupled model's responses, as its instance sends them: each response (or error)
+    # and whether it is the last; None with True ends the request without one.
+    responses: Callable[[Answer | TurnoutError | None, bool], None] | None = None
+    cancelled: bool = False  # its client gave up on it (set on the event loop, read by any thread)
 
 
 def _names_text(names: Any) -> str:
@@ -197,7 +207,25 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     timeout = _uint_parameter(parameters["timeout"]) if "timeout" in parameters else None
     key.sort()
     sequence = read_sequence(parameters) if "sequence_id" in parameters or "sequence_start" in parameters else None
-    return ValidRequest(request.id, inputs, batch_size, tuple(key), outputs, priority, timeout, sequence)
+    own = _own_parameters(parameters) if parameters else {}
+    return ValidRequest(request.id, inputs, batch_size, tuple(key), outputs, priority, timeout, sequence, own)
+
+
+# Parameters Triton's core consumes; a model never sees them.
+_CORE_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
+)
+
+
+def _own_parameters(parameters: Any) -> dict[str, bool | int | float | str]:
+    own: dict[str, bool | int | float | str] = {}
+    for key, parameter in parameters.items():
+        if key in _CORE_PARAMETERS or key.startswith("triton_"):
+            continue
+        which = parameter.WhichOneof("parameter_choice")
+        if which is not None:
+            own[key] = getattr(parameter, which)
+    return own
 
 
 def _refuse_repeats(names: Iterable[str], kind: str, prefix: str) -> None:

@@ -116,7 +116,6 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--routing-seed", type=int, default=None, help="Seed for weighted draws (replayable runs)."),
         click.option(
             "--gateway-workers",
-            "workers",
             type=click.IntRange(min=1),
             default=1,
             show_default=True,
@@ -181,6 +180,7 @@ def _gateway_settings(sidecars: tuple[SidecarAddress, ...], **flags: Any) -> Gat
     if flags.get("sidecar_ssl_root_cert") or flags.get("sidecar_ssl_cert"):
         flags["sidecar_use_ssl"] = True
     flags["routing_file"] = flags.pop("routing", None) or ""
+    flags["workers"] = flags.pop("gateway_workers", 1)
     if "trace_config" in flags:
         flags["trace"] = flags.pop("trace_config")
     return GatewaySettings(sidecars=sidecars, **{k: v for k, v in flags.items() if k in keys})
@@ -309,6 +309,27 @@ def _sidecar_tls_arguments(flags: dict[str, Any]) -> list[str]:
     ]
 
 
+def _bls_gateway_arguments(model_repositories: Sequence[str], flags: dict[str, Any]) -> list[str]:
+    """Where python models' BLS requests go: this gateway's gRPC port, on loopback. Only a
+    repository with python models needs it; --grpc-port=0 then picks the free port here,
+    since the sidecars start before the gateway binds it."""
+    from turnout.scan import models_in
+
+    if not flags["allow_grpc"] or flags.get("grpc_use_ssl") or flags.get("grpc_use_ssl_mutual"):
+        return []
+    if not any(model.framework == "python" for model in models_in(model_repositories).values()):
+        return []
+    host = flags["host"]
+    loopback = "::1" if ":" in host else "127.0.0.1"
+    if flags["grpc_port"] == 0:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            flags["grpc_port"] = probe.getsockname()[1]
+    address = f"[{loopback}]:{flags['grpc_port']}" if ":" in loopback else f"{loopback}:{flags['grpc_port']}"
+    return [f"--backend-config=gateway={address}"]
+
+
 @click.group(context_settings={"auto_envvar_prefix": "TURNOUT", "help_option_names": HELP_OPTIONS})
 @click.version_option(package_name="turnout")
 def cli() -> None:
@@ -370,6 +391,7 @@ def up(
     )
     arguments += _sidecar_tls_arguments(flags)
     _check_ports(flags)
+    arguments += _bls_gateway_arguments(model_repositories, flags)
     logs = LogSettings(
         log_file=flags["log_file"],
         log_info=flags["log_info"],

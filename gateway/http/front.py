@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.context import RequestContext
@@ -30,6 +31,7 @@ from gateway.http.encoding import (
     request_too_large,
     response_encoding,
 )
+from gateway.http.generate import generate_request, generate_response
 from gateway.http.parsing import INFER_HEADER, OutputRendering, header_length, parse_infer_request, raw_binary_request
 from gateway.http.rendering import render_infer_response
 from gateway.restrictions import Restriction, http_refusal, parse_restrictions
@@ -325,7 +327,8 @@ class HttpFront:
         if kind == "trace/setting":
             return await self._trace(request, name)
         if kind in ("generate", "generate_stream"):
-            raise _NotFound
+            _need(request, "POST")
+            return await self._generate(request, name, version, stream=kind == "generate_stream")
         _need(request, "GET")
         if kind == "ready":
             if await self._gateway.model_ready(ModelReadyRequest(name=name, version=version)):
@@ -384,6 +387,51 @@ class HttpFront:
             content = compress(content, encoding)
             headers["Content-Encoding"] = encoding
         return Response(content, media_type=media_type, headers=headers)
+
+    async def _generate(self, request: Request, name: str, version: str, stream: bool) -> Response:
+        """Triton's generate extension: a flat JSON body in, the response as flat JSON; with
+        `stream`, each response of the model (a decoupled one sends several) as one
+        server-sent event, an error as an event with an `error` key."""
+        document = await self._document(request)
+        answer = await self._gateway.model_config(ModelConfigRequest(name=name, version=version))
+        infer_request = generate_request(document, name, version, answer.config)
+        context = RequestContext(request.headers)
+        if not stream:
+            parts: list[bytes] = []
+            last = await _while_connected(
+                request, self._gateway.infer(infer_request, None, replace(context, responses=parts.append))
+            )
+            answers = [*parts, last] if last else parts
+            if len(answers) != 1:
+                raise invalid_arg(
+                    f"generate expects one response from model '{name}', got {len(answers)}; use generate_stream"
+                )
+            return _json(generate_response(ModelInferResponse.FromString(answers[0])))
+        events: asyncio.Queue[bytes | TurnoutError | None] = asyncio.Queue()
+
+        async def run() -> None:
+            try:
+                last = await self._gateway.infer(infer_request, None, replace(context, responses=events.put_nowait))
+                if last:
+                    events.put_nowait(last)
+            except TurnoutError as exc:
+                events.put_nowait(exc)
+            finally:
+                events.put_nowait(None)
+
+        async def send() -> AsyncIterator[bytes]:
+            task = asyncio.create_task(run())
+            try:
+                while (event := await events.get()) is not None:
+                    if isinstance(event, TurnoutError):
+                        body: dict[str, Any] = {"error": event.message}
+                    else:
+                        body = generate_response(ModelInferResponse.FromString(event))
+                    yield b"data: " + json_compact(body) + b"\n\n"
+            finally:
+                task.cancel()  # the client left before the model finished
+
+        return StreamingResponse(send(), media_type="text/event-stream")
 
     # --- repository ---
 

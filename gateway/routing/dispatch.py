@@ -174,7 +174,7 @@ class Dispatcher:
                 self._pins.bind(model, sequence, version, client, served)
             try:
                 with self._balancer.track(client):
-                    response = await client.infer(payload, _traceparent(context))
+                    response = await client.infer(payload, _traceparent(context), context.responses)
                 return relabelled(response, model, arm_name(served, version)) if served else response
             except SidecarUnreachable as exc:
                 self._balancer.eject(client, exc.message)
@@ -238,7 +238,7 @@ class Dispatcher:
             else:
                 try:
                     with self._balancer.track(client):
-                        response = await client.infer(_aimed(payload, pinned), _traceparent(context))
+                        response = await client.infer(_aimed(payload, pinned), _traceparent(context), context.responses)
                     return _answered(response, model, pinned)
                 except SidecarUnreachable as exc:
                     self._balancer.eject(client, exc.message)
@@ -258,7 +258,7 @@ class Dispatcher:
                 continue
             try:
                 with self._balancer.track(client):
-                    response = await client.infer(_aimed(payload, held), _traceparent(context))
+                    response = await client.infer(_aimed(payload, held), _traceparent(context), context.responses)
             except SidecarUnreachable as exc:
                 self._balancer.eject(client, exc.message)
                 unreachable.append(client.address)

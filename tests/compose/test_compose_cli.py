@@ -34,7 +34,7 @@ def test_the_compose_file_runs_the_gateway_and_every_framework() -> None:
     frameworks = {
         service_argv(COMPOSE["services"][name])[3] for name in TURNOUT_SERVICES if name.startswith("sidecar-")
     }
-    assert frameworks == {"onnxruntime", "pytorch", "tensorrt", "ensemble"}
+    assert frameworks == {"onnxruntime", "pytorch", "tensorrt", "ensemble", "python"}
     assert "gateway" in TURNOUT_SERVICES
 
 

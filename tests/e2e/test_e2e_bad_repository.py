@@ -339,10 +339,24 @@ CASES = [
         code="Unavailable",
     ),
     Case(
-        "python_backend",
-        folder({"config.pbtxt": 'backend: "python"\n', "1/model.py": "class TritonPythonModel: pass\n"}),
-        "unable to find backend library for backend 'python'",
+        "python_env_path",
+        folder(
+            {
+                "config.pbtxt": 'backend: "python"\n'
+                'parameters { key: "EXECUTION_ENV_PATH" value { string_value: "env.tar.gz" } }\n',
+                "1/model.py": "class TritonPythonModel: pass\n",
+            }
+        ),
+        "model 'python_env_path' sets the EXECUTION_ENV_PATH parameter: turnout's python sidecar runs",
         VERSION,
+        code="Unsupported",
+    ),
+    Case(
+        "python_without_model_class",
+        folder({"config.pbtxt": 'backend: "python"\n', "1/model.py": "class SomethingElse: pass\n"}),
+        "python_without_model_class/1/model.py' defines no class TritonPythonModel",
+        VERSION,
+        code="Internal",
     ),
     Case(
         "identity_backend",
@@ -509,7 +523,7 @@ CASES = [
         GATEWAY,
     ),
 ]
-ONNX_CASES = [c for c in CASES if not c.name.startswith(("torch_", "ensemble_"))]
+ONNX_CASES = [c for c in CASES if not c.name.startswith(("torch_", "ensemble_", "python_"))]
 
 
 def write_bad_repository(repo: Path, cases: list[Case]) -> Path:

@@ -82,6 +82,20 @@ class Stub(pbg.GRPCInferenceServiceServicer):
             response.raw_output_contents.append((a + b if name == "OUTPUT0" else a - b).astype("<i4").tobytes())
         return response
 
+    async def ModelStreamInfer(self, requests, context):
+        # As a sidecar's: one final response per request (the gateway sends a stream's
+        # requests here when the sidecar has no lane).
+        async for request in requests:
+            if request.model_name not in self.loaded:
+                message = f"Request for unknown model: '{request.model_name}' is not found"
+                failed = pb.ModelStreamInferResponse(error_message=message)
+                failed.infer_response.id = request.id
+                yield failed
+                continue
+            answer = pb.ModelStreamInferResponse(infer_response=await self.ModelInfer(request, context))
+            answer.infer_response.parameters["triton_final_response"].bool_param = True
+            yield answer
+
     async def ModelStatistics(self, request, context):
         names = [request.name] if request.name else sorted(self.loaded)
         if request.name:

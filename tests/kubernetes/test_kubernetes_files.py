@@ -195,7 +195,9 @@ def test_nv_metrics_come_from_sidecars_only() -> None:
     assert labels_match(gateway_monitor["spec"]["selector"], service["metadata"]["labels"])
     (endpoint,) = gateway_monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    assert {"sourceLabels": ["__name__"], "regex": "(nv|turnout_sidecar)_.*", "action": "drop"} in endpoint["metricRelabelings"]
+    assert {"sourceLabels": ["__name__"], "regex": "(nv|turnout_sidecar)_.*", "action": "drop"} in endpoint[
+        "metricRelabelings"
+    ]
     (sidecar_monitor,) = pod_monitors.values()
     (pod_endpoint,) = sidecar_monitor["spec"]["podMetricsEndpoints"]
     assert "metricRelabelings" not in pod_endpoint, "sidecars are the source of nv_*"
@@ -233,4 +235,8 @@ def test_the_guides_plain_prometheus_job_drops_only_the_gateways_nv_metrics() ->
     assert label == "app_kubernetes_io_component"
     assert pod_labels("pvc", "gateway")["app.kubernetes.io/component"] == "gateway"
     (drop,) = job["metric_relabel_configs"]
-    assert drop == {"source_labels": ["component", "__name__"], "regex": "gateway;(nv|turnout_sidecar)_.*", "action": "drop"}
+    assert drop == {
+        "source_labels": ["component", "__name__"],
+        "regex": "gateway;(nv|turnout_sidecar)_.*",
+        "action": "drop",
+    }

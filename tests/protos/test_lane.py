@@ -7,6 +7,7 @@ import logging
 import ssl
 import struct
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -474,3 +475,80 @@ def test_the_lane_serves_on_uvloop(tmp_path, kind) -> None:
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         assert runner.run(exchange()) == [b"cba", b"wols"]
+
+
+async def _streamer(view: memoryview, request_id: str) -> AsyncIterator[tuple[bytes, bool]]:
+    """Answers `n:<count>[:last|:fail]` with <count> parts, then the ending it names."""
+    _, count, ending = (bytes(view).decode() + ":").split(":")[:3]
+    for index in range(int(count)):
+        await asyncio.sleep(0)
+        yield f"{request_id}-{index}".encode(), False
+    if ending == "last":
+        yield b"last", True
+    elif ending == "fail":
+        raise TurnoutError(Status.INTERNAL, "the model failed mid-stream")
+    elif ending.startswith("big"):
+        yield bytes(int(ending[3:])), False
+
+
+@pytest.fixture
+async def stream_lane(tmp_path: Path):
+    server = LaneServer(_handler, stream_handler=_streamer)
+    client = LaneClient(await start(server, "unix", tmp_path))
+    yield client
+    client.close()
+    server.stop_accepting()
+
+
+async def _answers(client: LaneClient, payload: bytes, request_id: str) -> list[tuple[bytes, bool]]:
+    return [answer async for answer in client.stream(payload, request_id)]
+
+
+async def test_a_stream_call_gets_its_parts_in_order_then_its_last(stream_lane) -> None:
+    assert await _answers(stream_lane, b"n:3:last", "a") == [
+        (b"a-0", False),
+        (b"a-1", False),
+        (b"a-2", False),
+        (b"last", True),
+    ]
+    # A stream that ends without a last answer ends with an empty one.
+    assert await _answers(stream_lane, b"n:2", "b") == [(b"b-0", False), (b"b-1", False), (b"", True)]
+
+
+async def test_concurrent_streams_and_calls_keep_their_answers_apart(stream_lane) -> None:
+    streams = [_answers(stream_lane, b"n:5:last", f"s{i}") for i in range(20)]
+    calls = [stream_lane.call(f"call-{i}".encode()) for i in range(20)]
+    results = await asyncio.gather(*streams, *calls)
+    for i, answers in enumerate(results[:20]):
+        assert answers == [(f"s{i}-{k}".encode(), False) for k in range(5)] + [(b"last", True)]
+    assert results[20:] == [f"call-{i}".encode()[::-1] for i in range(20)]
+
+
+async def test_a_stream_error_ends_the_stream_after_its_parts(stream_lane) -> None:
+    got = []
+    with pytest.raises(TurnoutError) as caught:
+        async for answer in stream_lane.stream(b"n:1:fail", "c"):
+            got.append(answer)
+    assert got == [(b"c-0", False)]
+    assert caught.value.message == "the model failed mid-stream"
+
+
+async def test_a_stream_to_a_server_without_a_stream_handler_gets_one_reply(lane) -> None:
+    _, client = lane
+    assert [answer async for answer in client.stream(b"abc")] == [(b"cba", True)]
+
+
+async def test_a_stream_answer_over_the_clients_limit_ends_the_stream_with_an_error(tmp_path: Path) -> None:
+    server = LaneServer(_handler, stream_handler=_streamer)
+    client = LaneClient(await start(server, "unix", tmp_path), max_frame=SMALL_FRAME)
+    try:
+        got = []
+        with pytest.raises(TurnoutError) as caught:
+            async for answer in client.stream(f"n:1:big{SMALL_FRAME + 1}".encode(), "d"):
+                got.append(answer)
+        assert got == [(b"d-0", False)]
+        assert caught.value.message == f"Received message larger than max ({SMALL_FRAME + 1} vs. {SMALL_FRAME})"
+        assert [answer async for answer in client.stream(b"n:0:last")] == [(b"last", True)]  # the lane serves on
+    finally:
+        client.close()
+        server.stop_accepting()

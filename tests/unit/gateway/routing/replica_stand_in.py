@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TypeVar
 
 from google.protobuf.message import Message
@@ -63,7 +64,9 @@ class StandInReplica:
     def come_back(self) -> None:
         self._up.set()
 
-    async def infer(self, encoded: bytes, traceparent: str = "") -> bytes:
+    async def infer(
+        self, encoded: bytes, traceparent: str = "", responses: Callable[[bytes], None] | None = None
+    ) -> bytes:
         self.received.append(encoded)
         self.traceparents.append(traceparent)
         self._journal.append(self.name)
@@ -107,8 +110,10 @@ class SequenceHoldingReplica(StandInReplica):
         super().__init__(name, journal=journal)
         self.held: set[tuple[str, int | str]] = set()
 
-    async def infer(self, encoded: bytes, traceparent: str = "") -> bytes:
-        answer = await super().infer(encoded, traceparent)
+    async def infer(
+        self, encoded: bytes, traceparent: str = "", responses: Callable[[bytes], None] | None = None
+    ) -> bytes:
+        answer = await super().infer(encoded, traceparent, responses)
         request = pb.ModelInferRequest.FromString(encoded)
         sequence = read_sequence(request.parameters)
         held = (request.model_version, sequence.id)

@@ -666,9 +666,11 @@ class SlowStandInReplica(StandInReplica):
         self._clock = clock
         self._takes = takes
 
-    async def infer(self, encoded: bytes, traceparent: str = "") -> bytes:
+    async def infer(
+        self, encoded: bytes, traceparent: str = "", responses: Callable[[bytes], None] | None = None
+    ) -> bytes:
         self._clock.advance(self._takes)
-        return await super().infer(encoded, traceparent)
+        return await super().infer(encoded, traceparent, responses)
 
 
 class SequenceStandInReplica(StandInReplica):

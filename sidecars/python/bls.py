@@ -1,0 +1,131 @@
+"""Business-logic scripting: a python model's `InferenceRequest(...).exec()` runs on the
+gateway's gRPC port, so it reaches any model of the fleet through the gateway's routing
+(any framework, weighted versions, failover). Errors come back inside the response, as
+Triton's BLS gives them. Runs in a model instance's process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from protos import codec
+from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc as pb_grpc
+from protos.datatypes import from_name, from_numpy
+from protos.rpc import MESSAGE_SIZE_OPTIONS
+from protos.status import Status, status_from_grpc
+from sidecars.python import backend_utils as pb_utils
+
+_NO_GATEWAY = (
+    "BLS needs the gateway's gRPC port: `turnout up` passes it to the python sidecar when gRPC is on "
+    "without TLS; a sidecar started alone takes --backend-config gateway=HOST:PORT"
+)
+
+
+class BlsClient:
+    def __init__(self, gateway: str) -> None:
+        self._gateway = gateway
+        self._stub: pb_grpc.GRPCInferenceServiceStub | None = None
+
+    def _service(self) -> pb_grpc.GRPCInferenceServiceStub:
+        if self._stub is None:
+            channel = grpc.insecure_channel(self._gateway, options=MESSAGE_SIZE_OPTIONS)
+            self._stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        return self._stub
+
+    def execute(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        if not self._gateway:
+            failed = _failed(Status.UNAVAILABLE.value, _NO_GATEWAY)
+            return pb_utils.ResponseIterator(iter([failed])) if decoupled else failed
+        try:
+            message = _message(request)
+        except (pb_utils.TritonModelException, codec.CodecError) as exc:
+            failed = _failed(Status.INVALID_ARG.value, str(exc))
+            return pb_utils.ResponseIterator(iter([failed])) if decoupled else failed
+        timeout = request.timeout() / 1e6 if request.timeout() else None
+        if decoupled:
+            return pb_utils.ResponseIterator(self._stream(message, timeout))
+        try:
+            return _response(self._service().ModelInfer(message, timeout=timeout))
+        except grpc.RpcError as exc:
+            return _failed(status_from_grpc(exc.code()).value, exc.details() or str(exc.code()))
+
+    def _stream(self, message: pb.ModelInferRequest, timeout: float | None) -> Iterator[pb_utils.InferenceResponse]:
+        """The responses of one request on ModelStreamInfer, up to the one marked final."""
+        try:
+            for answer in self._service().ModelStreamInfer(iter([message]), timeout=timeout):
+                if answer.error_message:
+                    yield _failed(Status.INTERNAL.value, answer.error_message)
+                    return
+                final = answer.infer_response.parameters.get("triton_final_response")
+                if answer.infer_response.outputs or final is None or not final.bool_param:
+                    yield _response(answer.infer_response)
+                if final is not None and final.bool_param:
+                    return
+        except grpc.RpcError as exc:
+            yield _failed(status_from_grpc(exc.code()).value, exc.details() or str(exc.code()))
+
+
+def _failed(code: str, message: str) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+def _message(request: pb_utils.InferenceRequest) -> pb.ModelInferRequest:
+    version = request.model_version
+    message = pb.ModelInferRequest(
+        model_name=request.model_name,
+        model_version=str(version) if version is not None and version >= 0 else "",
+        id=request.request_id(),
+    )
+    for tensor in request.inputs():
+        array = tensor.as_numpy()
+        datatype = from_numpy(array.dtype)
+        if datatype is None:
+            raise pb_utils.TritonModelException(f"input '{tensor.name()}': unsupported numpy dtype {array.dtype}")
+        message.inputs.add(name=tensor.name(), datatype=datatype.name, shape=list(array.shape))
+        message.raw_input_contents.append(codec.to_raw(array, datatype))
+    for name in request.requested_output_names():
+        message.outputs.add(name=name)
+    correlation_id = request.correlation_id()
+    if correlation_id:
+        if isinstance(correlation_id, str):
+            message.parameters["sequence_id"].string_param = correlation_id
+        else:
+            message.parameters["sequence_id"].int64_param = correlation_id
+        flags = request.flags()
+        message.parameters["sequence_start"].bool_param = bool(
+            flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+        )
+        message.parameters["sequence_end"].bool_param = bool(flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END)
+    for key, value in json.loads(request.parameters() or "{}").items():
+        codec.set_parameter(message.parameters[key], value)
+    if request.timeout():
+        message.parameters["timeout"].int64_param = request.timeout()
+    return message
+
+
+def _response(message: pb.ModelInferResponse) -> pb_utils.InferenceResponse:
+    tensors = []
+    for index, output in enumerate(message.outputs):
+        datatype = from_name(output.datatype)
+        if datatype is None:
+            continue
+        shape = list(output.shape)
+        if index < len(message.raw_output_contents):
+            array = codec.from_raw(message.raw_output_contents[index], datatype, shape)
+        else:
+            array = codec.from_contents(_contents(output.contents, datatype.contents_field), datatype, shape)
+        tensors.append(pb_utils.Tensor(output.name, array))
+    parameters = {}
+    for key, value in message.parameters.items():
+        which = value.WhichOneof("parameter_choice")
+        if which in ("bool_param", "int64_param", "uint64_param", "string_param") and not key.startswith("triton_"):
+            parameters[key] = getattr(value, which)
+    return pb_utils.InferenceResponse(output_tensors=tensors, parameters=parameters)
+
+
+def _contents(contents: pb.InferTensorContents, field: str | None) -> list[Any]:
+    return list(getattr(contents, field)) if field else []

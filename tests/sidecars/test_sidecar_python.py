@@ -1,0 +1,58 @@
+"""The python sidecar on its own gRPC port, without an infer lane: a decoupled model's
+responses on the sidecar's ModelStreamInfer, and through a gateway that reaches it over
+gRPC only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.settings import SidecarAddress
+from tests.e2e.python_models import REPEAT_CONFIG, REPEAT_MODEL, stream_repeat
+from tests.gateway.gateway_harness import gateway_settings, running_gateway
+from tests.sidecars.sidecar_harness import Sidecar, running
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    repo = tmp_path_factory.mktemp("repo_python_no_lane")
+    (repo / "repeat" / "1").mkdir(parents=True)
+    (repo / "repeat" / "config.pbtxt").write_text(REPEAT_CONFIG)
+    (repo / "repeat" / "1" / "model.py").write_text(REPEAT_MODEL)
+    with running(Path(repo), "--lane=off", framework="python") as started:
+        yield started
+
+
+async def _stream(url: str, values: list[int], **options: Any) -> list[Any]:
+    """A request to `repeat` on a tritonclient stream (the sync client: it can ask for the
+    empty final response); every answer up to the final one."""
+    return await asyncio.to_thread(partial(stream_repeat, url, values, **options))
+
+
+def _summary(results: list[Any]) -> list[tuple[list[int] | None, bool]]:
+    return [
+        (
+            None if r.as_numpy("OUT") is None else r.as_numpy("OUT").tolist(),
+            r.get_response().parameters["triton_final_response"].bool_param,
+        )
+        for r in results
+    ]
+
+
+async def test_the_sidecars_stream_carries_a_decoupled_models_responses(sidecar: Sidecar) -> None:
+    got = await _stream(sidecar.url, [4, 5], enable_empty_final_response=True)
+    assert _summary(got) == [([4], False), ([5], False), (None, True)]
+
+
+async def test_a_gateway_without_the_lane_streams_them_over_grpc(sidecar: Sidecar) -> None:
+    settings = gateway_settings((SidecarAddress("python", sidecar.url, ""),))
+    async with running_gateway(settings) as gateway:
+        got = await _stream(gateway.addresses["grpc"], [1, 2, 3], enable_empty_final_response=True)
+        assert _summary(got) == [([1], False), ([2], False), ([3], False), (None, True)]
+        together = await _stream(gateway.addresses["grpc"], [9], parameters={"final": "together"})
+        assert _summary(together) == [([9], True)]
