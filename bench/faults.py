@@ -240,6 +240,13 @@ def main() -> None:
 
                 tally, _ = asyncio.run(drive(running.address, "simple", args.concurrency, args.seconds, steady))
                 rows.append(("fleet: a replica failing one model", tally, None))
+            # Consul in production form: default-deny ACLs, least-privilege tokens.
+            acl_dir = Path(folder) / "consul-acl"
+            acl_dir.mkdir()
+            with fleet(consul, repository, acl_dir=acl_dir) as running:
+                model, fault = running.faults()["fleet: consul stopped 2 s, restarted"]
+                tally, since = asyncio.run(drive(running.address, model, args.concurrency, args.seconds, fault))
+                rows.append(("fleet: consul under ACLs stopped 2 s, restarted", tally, tally.recovery(since)))
             write_sequence(repository, SEQUENCE_MODEL, ("READY",), state=True, strategy=LONG_IDLE, instances=2)
             with sequence_fleet(consul, repository) as running:
                 tally, since = asyncio.run(

@@ -2,7 +2,8 @@
 (dev mode) behind a gateway that discovers them, loaded through the gateway while one
 replica is killed or drained, Consul is stopped and restarted, or a version rollout runs
 (load version 2 everywhere, warm it, shift Consul KV weights 0 -> 100, unload version 1);
-or while one replica failed to load the model under load (`second`, its repository); and
+or while one replica failed to load the model under load (`second`, its repository), or
+Consul under default-deny ACLs is stopped and restarted (`acl_dir`); and
 two sidecars behind two gateways serving a stateful model, whose sequences alternate
 between the gateways while one replica is killed."""
 
@@ -12,6 +13,7 @@ import asyncio
 import json
 import signal
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,21 +29,47 @@ SEQUENCE_MODEL = "running_sum"  # scripts.make_models.write_sequence with state:
 Fault = Callable[[], Awaitable[float | None]]
 
 
+# Least privilege under ACLs (the policies docs/deploy.md prints, for this bench's names).
+SIDECAR_RULES = f'service_prefix "{SERVICE}" {{ policy = "write" }}'
+GATEWAY_RULES = f"""
+service_prefix "" {{ policy = "read" }}
+node_prefix "" {{ policy = "read" }}
+key_prefix "{KV_PREFIX}" {{ policy = "read" }}
+"""
+
+
 class Fleet:
     """Consul, two registered sidecars (explicit mode, `simple` and `linear` v1 loaded)
-    and a gateway that discovers them and reads weights from Consul KV."""
+    and a gateway that discovers them and reads weights from Consul KV. With `acl_dir`
+    (a folder for the agent's config), Consul denies by default and sidecars and gateway
+    hold least-privilege tokens."""
 
-    def __init__(self, consul_path: Path, repository: Path, second: Path | None = None) -> None:
+    def __init__(
+        self, consul_path: Path, repository: Path, second: Path | None = None, acl_dir: Path | None = None
+    ) -> None:
         """`second`: the second replica's repository (default: the first's)."""
-        self.consul = Consul(consul_path)
+        master = str(uuid.uuid4()) if acl_dir is not None else ""
+        self.consul = Consul(consul_path, config_dir=acl_dir, acl_master=master)
+        self.tokens = {"sidecar": str(uuid.uuid4()), "gateway": str(uuid.uuid4())} if master else {}
+        self.restore_tokens()
         self.set_weights(0)
         flags = [f"--consul-service={SERVICE}", "--model-control-mode=explicit"]
         loads = ["--load-model=simple", "--exit-on-error=false"]
-        self.replicas = [sidecar(self.consul.http, r, *flags, *loads) for r in (repository, second or repository)]
-        self.gateway = gateway(self.consul.http, *flags, f"--routing-kv-prefix={KV_PREFIX}")
+        as_sidecar = [f"--consul-token={self.tokens['sidecar']}"] if master else []
+        as_gateway = [f"--consul-token={self.tokens['gateway']}"] if master else []
+        self.replicas = [
+            sidecar(self.consul.http, r, *flags, *loads, *as_sidecar) for r in (repository, second or repository)
+        ]
+        self.gateway = gateway(self.consul.http, *flags, f"--routing-kv-prefix={KV_PREFIX}", *as_gateway)
         self.address = self.gateway.fields["grpc"]
         wait_until(lambda: len(self.consul.passing(SERVICE)) == 2, 30, "two passing replicas")
         asyncio.run(self.load_linear([1], warm=False))
+
+    def restore_tokens(self) -> None:
+        """Put the tokens (same secrets) in the agent: a dev agent starts empty."""
+        if self.tokens:
+            self.consul.token("bench-sidecar", SIDECAR_RULES, self.tokens["sidecar"])
+            self.consul.token("bench-gateway", GATEWAY_RULES, self.tokens["gateway"])
 
     def set_weights(self, version_2: int) -> None:
         policy = {"weights": {"1": 100 - version_2, "2": version_2}}
@@ -74,7 +102,9 @@ class Fleet:
             await asyncio.to_thread(self.consul.close)
             await asyncio.sleep(2.0)
             await asyncio.to_thread(self.consul.start)
-            self.set_weights(0)  # a dev agent keeps nothing: the operator puts the policy back
+            # A dev agent keeps nothing: the operator puts the tokens and the policy back.
+            await asyncio.to_thread(self.restore_tokens)
+            self.set_weights(0)
             return time.monotonic()
 
         async def rollout() -> float | None:
@@ -136,8 +166,10 @@ def sequence_fleet(consul_path: Path, repository: Path) -> Iterator[SequenceFlee
 
 
 @contextmanager
-def fleet(consul_path: Path, repository: Path, second: Path | None = None) -> Iterator[Fleet]:
-    running = Fleet(consul_path, repository, second)
+def fleet(
+    consul_path: Path, repository: Path, second: Path | None = None, acl_dir: Path | None = None
+) -> Iterator[Fleet]:
+    running = Fleet(consul_path, repository, second, acl_dir)
     try:
         yield running
     finally:

@@ -208,10 +208,14 @@ class Consul:
     def delete(self, path: str) -> None:
         urllib.request.urlopen(self._request(path, "DELETE"), timeout=5).close()
 
-    def token(self, name: str, rules: str) -> str:
-        """A new ACL token holding only a policy `name` with `rules`; its secret."""
+    def token(self, name: str, rules: str, secret: str = "") -> str:
+        """A new ACL token holding only a policy `name` with `rules`; its secret (`secret`
+        when given: an operator restoring a token after a dev agent's restart)."""
         self.put("/v1/acl/policy", json.dumps({"Name": name, "Rules": rules}).encode())
-        token = self.put("/v1/acl/token", json.dumps({"Policies": [{"Name": name}]}).encode())
+        fields: dict[str, Any] = {"Policies": [{"Name": name}]}
+        if secret:
+            fields["SecretID"] = secret
+        token = self.put("/v1/acl/token", json.dumps(fields).encode())
         return str(token["SecretID"])
 
     def services(self, name: str = "turnout-sidecar") -> dict[str, Any]:
