@@ -55,7 +55,10 @@ def with_model(encoded: bytes, model: str) -> bytes:
 
 def relabelled(response: bytes, model: str, arm: str) -> bytes:
     """A serialized ModelInferResponse that an arm of another model gave, as the called
-    `model` answering: model_name the called name, model_version the arm's spelling."""
+    `model` answering: model_name the called name, model_version the arm's spelling. An
+    empty one (a decoupled model's final flag alone) stays empty."""
+    if not response:
+        return response
     return (
         response
         + length_delimited(_MODEL_NAME_FIELD, model.encode())
@@ -174,7 +177,12 @@ class Dispatcher:
                 self._pins.bind(model, sequence, version, client, served)
             try:
                 with self._balancer.track(client):
-                    response = await client.infer(payload, _traceparent(context), context.responses)
+                    parts = (
+                        _relabelling(context.responses, model, arm_name(served, version))
+                        if served
+                        else context.responses
+                    )
+                    response = await client.infer(payload, _traceparent(context), parts)
                 return relabelled(response, model, arm_name(served, version)) if served else response
             except SidecarUnreachable as exc:
                 self._balancer.eject(client, exc.message)
@@ -238,7 +246,8 @@ class Dispatcher:
             else:
                 try:
                     with self._balancer.track(client):
-                        response = await client.infer(_aimed(payload, pinned), _traceparent(context), context.responses)
+                        parts = _relabelling(context.responses, model, pinned)
+                        response = await client.infer(_aimed(payload, pinned), _traceparent(context), parts)
                     return _answered(response, model, pinned)
                 except SidecarUnreachable as exc:
                     self._balancer.eject(client, exc.message)
@@ -258,7 +267,8 @@ class Dispatcher:
                 continue
             try:
                 with self._balancer.track(client):
-                    response = await client.infer(_aimed(payload, held), _traceparent(context), context.responses)
+                    parts = _relabelling(context.responses, model, held)
+                    response = await client.infer(_aimed(payload, held), _traceparent(context), parts)
             except SidecarUnreachable as exc:
                 self._balancer.eject(client, exc.message)
                 unreachable.append(client.address)
@@ -329,6 +339,14 @@ def _aimed(payload: bytes, arm: str) -> bytes:
 def _answered(response: bytes, model: str, arm: str) -> bytes:
     """The response of `arm`, as `model` answers: relabelled when another model served."""
     return relabelled(response, model, arm) if arm_target(arm)[0] else response
+
+
+def _relabelling(responses: Callable[[bytes], None] | None, model: str, arm: str) -> Callable[[bytes], None] | None:
+    """`responses` (where a decoupled model's answers before its last go), each answer
+    relabelled as `_answered` does the last."""
+    if responses is None or not arm_target(arm)[0]:
+        return responses
+    return lambda part: responses(relabelled(part, model, arm))
 
 
 def _newest_first(arm: str) -> tuple[bool, int, str]:

@@ -892,7 +892,7 @@ async def test_a_sequence_through_an_experiment_keeps_its_arm_and_replica(
     assert start.shadow == "" and start.arm in ("a:1", "b:2")
     first = await dispatcher.send("exp", start.version, PAYLOAD, in_sequence(7, start=True), start.model)
     # The answer names the called model and the arm.
-    assert first.endswith(relabelled(b"", "exp", start.arm))
+    assert first.endswith(relabelled(b"-", "exp", start.arm)[1:])
     served = x if first.startswith(b"x") else y
     for _ in range(10):
         later = dispatcher.decide("exp", "", in_sequence(7))
@@ -941,7 +941,34 @@ async def test_a_shadow_to_another_models_arm_names_that_model(balancer: Balance
     )
 
 
+class StreamingReplica(StandInReplica):
+    """A replica serving a decoupled model: two responses before its last."""
+
+    async def infer(
+        self, encoded: bytes, traceparent: str = "", responses: Callable[[bytes], None] | None = None
+    ) -> bytes:
+        if responses is not None:
+            for _ in range(2):
+                responses(pb.ModelInferResponse(model_name="b", model_version="2").SerializeToString())
+        return await super().infer(encoded, traceparent, responses)
+
+
+async def test_every_response_of_a_decoupled_arm_answers_under_the_called_name(
+    balancer: Balancer, metrics: GatewayMetrics
+) -> None:
+    dispatcher = make_dispatcher(
+        StandInFleet({StreamingReplica("y"): {"b": {"2"}}}), balancer, metrics, {"exp": {"weights": {"b:2": 100}}}
+    )
+    parts: list[bytes] = []
+    context = RequestContext(responses=parts.append)
+    decision = dispatcher.decide("exp", "", context)
+    await dispatcher.send("exp", decision.version, PAYLOAD, context, decision.model)
+    answers = [pb.ModelInferResponse.FromString(part) for part in parts]
+    assert [(a.model_name, a.model_version) for a in answers] == [("exp", "b:2")] * 2
+
+
 def test_relabelled_names_the_called_model_and_the_arm() -> None:
     answer = pb.ModelInferResponse(model_name="a", model_version="1", id="r").SerializeToString()
     back = pb.ModelInferResponse.FromString(relabelled(answer, "exp", "a:1"))
     assert (back.model_name, back.model_version, back.id) == ("exp", "a:1", "r")
+    assert relabelled(b"", "exp", "a:1") == b""  # a decoupled model's final flag alone stays empty
