@@ -102,20 +102,30 @@ class Runtime(Protocol):
 # Handing a call to a thread and back costs two wake-ups, tens of microseconds; a model
 # that runs faster than this is cheaper to run on the event loop than to hand off.
 INLINE_BELOW_NS = 60_000
+_UNMEASURED = 2**63
+
+
+# How many runs decide where the next ones go: the fastest of them, since any run also
+# waits for the GIL whenever another thread holds it (by up to the interpreter's switch
+# interval), which the fastest run of a window escapes.
+RUN_WINDOW = 32
 
 
 class ThreadedInstance:
     """Base for instances whose framework call blocks: each owns one worker thread,
     created once at load, so no request ever creates a thread.
 
-    Runs that take less than INLINE_BELOW_NS on average run inline on the event loop
-    instead; the average keeps being measured, so a model that slows down (bigger
-    batches) moves back to its thread by itself.
+    A model that runs in less than INLINE_BELOW_NS runs inline on the event loop instead:
+    after every RUN_WINDOW runs, wherever they ran, the fastest of them decides where
+    the next ones go, so a model that slows down (bigger batches) moves back to its
+    thread by itself, and waits for the GIL do not keep a fast one there.
     """
 
     def __init__(self, name: str) -> None:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        self._average_ns = float(INLINE_BELOW_NS)  # start on the thread until measured
+        self._inline = False  # on the thread until measured
+        self._fastest_ns = _UNMEASURED  # of this window's runs
+        self._runs = 0
 
     def run(self, inputs: Tensors) -> dict[str, np.ndarray]:
         raise NotImplementedError
@@ -125,12 +135,18 @@ class ThreadedInstance:
         try:
             return self.run(inputs)
         finally:
-            self._average_ns += (time.perf_counter_ns() - start - self._average_ns) / 8
+            self._fastest_ns = min(self._fastest_ns, time.perf_counter_ns() - start)
 
     async def execute(self, inputs: Tensors) -> dict[str, np.ndarray]:
-        if self._average_ns < INLINE_BELOW_NS:
-            return self._timed_run(inputs)
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self._timed_run, inputs)
+        try:
+            if self._inline:
+                return self._timed_run(inputs)
+            return await asyncio.get_running_loop().run_in_executor(self._thread, self._timed_run, inputs)
+        finally:
+            self._runs += 1
+            if self._runs >= RUN_WINDOW:
+                self._inline = self._fastest_ns < INLINE_BELOW_NS
+                self._runs, self._fastest_ns = 0, _UNMEASURED
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)
