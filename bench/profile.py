@@ -161,7 +161,7 @@ def main() -> None:
     parser.add_argument("--event-loop", default="auto", choices=["auto", "asyncio", "uvloop"])
     args = parser.parse_args()
     perf = not args.no_perf and _perf_usable()
-    if not perf:
+    if not perf and not args.no_perf:
         print("(no system call counts: `perf trace` is missing or may not attach here)")
     arrays = _inputs("simple", np.random.default_rng(0))
     w, d = args.warmup, args.duration
