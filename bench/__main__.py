@@ -129,15 +129,20 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _gateway_cpu(pid: int) -> float:
-    """CPU time of a gateway process and of its workers (gateway.workers), if any."""
-    total = _cpu_seconds(pid)
+def children_running(pid: int, marker: str) -> list[int]:
+    """The child processes of `pid` whose command line holds `marker`."""
+    found = []
     with open(f"/proc/{pid}/task/{pid}/children") as children:
         for child in children.read().split():
             with open(f"/proc/{child}/cmdline", "rb") as cmdline:
-                if b"gateway.workers" in cmdline.read():
-                    total += _cpu_seconds(int(child))
-    return total
+                if marker.encode() in cmdline.read():
+                    found.append(int(child))
+    return found
+
+
+def _gateway_cpu(pid: int) -> float:
+    """CPU time of a gateway process and of its workers (gateway.workers), if any."""
+    return _cpu_seconds(pid) + sum(_cpu_seconds(worker) for worker in children_running(pid, "gateway.workers"))
 
 
 @contextmanager

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.__main__ import _grpc, _http, _inputs, _process
+from bench.__main__ import _grpc, _http, _inputs, _process, children_running
 from bench.closed_loop import Figures
 from bench.floor_server import READY as FLOOR_READY
 from protos.ready import GATEWAY_READY, parse_ready
@@ -64,12 +64,10 @@ def _threads(pid: int) -> dict[str, ThreadUse]:
 
 def _child(pid: int, marker: str) -> int:
     """The child process of `pid` whose command line holds `marker`."""
-    with open(f"/proc/{pid}/task/{pid}/children") as children:
-        for child in children.read().split():
-            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
-                if marker.encode() in cmdline.read():
-                    return int(child)
-    raise SystemExit(f"no child of {pid} runs {marker}")
+    found = children_running(pid, marker)
+    if not found:
+        raise SystemExit(f"no child of {pid} runs {marker}")
+    return found[0]
 
 
 def _perf_usable() -> bool:

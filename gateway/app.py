@@ -42,7 +42,7 @@ from gateway.workers import WORKER_READY, Siblings, control_server
 from protos import event_loop
 from protos.consul_access import ConsulAccessError
 from protos.logs import LogSettings
-from protos.ready import GATEWAY_READY, ready_line
+from protos.ready import GATEWAY_READY, join_host_port, ready_line
 from protos.rpc import server_credentials
 
 if TYPE_CHECKING:
@@ -130,16 +130,12 @@ class _HeadLimitedProtocol(HttpToolsProtocol):
         self._head_room = MAX_HEAD_BYTES
 
 
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 class PortUnavailable(Exception):
     """A front end's port could not be bound; the text names the port and its flag."""
 
 
 def _unavailable(what: str, host: str, port: int, flag: str, reason: str) -> PortUnavailable:
-    return PortUnavailable(f"cannot serve {what} on {_host_port(host, port)} ({flag}): {reason}")
+    return PortUnavailable(f"cannot serve {what} on {join_host_port(host, port)} ({flag}): {reason}")
 
 
 def _bind(host: str, port: int, shared: bool = False) -> socket.socket:
@@ -342,13 +338,13 @@ async def serve(
                 ssl_keyfile=settings.http_ssl_keyfile or None,
             )
             http_server = _HttpServer(config)
-            addresses["http"] = _host_port(settings.host, http_port)
+            addresses["http"] = join_host_port(settings.host, http_port)
 
         if settings.allow_grpc:
             grpc_server = build_grpc_server(
                 gateway, parse_restrictions(settings.grpc_restricted_protocol, grpc=True), shared=worker is not None
             )
-            grpc_address = _host_port(settings.host, settings.grpc_port)
+            grpc_address = join_host_port(settings.host, settings.grpc_port)
             try:
                 if settings.grpc_use_ssl:
                     grpc_port = grpc_server.add_secure_port(grpc_address, _grpc_credentials(settings))
@@ -359,7 +355,7 @@ async def serve(
                     "gRPC", settings.host, settings.grpc_port, "--grpc-port", "address in use or not available"
                 ) from None
             await grpc_server.start()
-            addresses["grpc"] = _host_port(settings.host, grpc_port)
+            addresses["grpc"] = join_host_port(settings.host, grpc_port)
 
         if settings.allow_metrics and worker is not None:
             # The parent serves the metrics port, from every worker's parts (gateway.workers).
@@ -376,7 +372,7 @@ async def serve(
                 raise _unavailable(
                     "metrics", settings.host, settings.metrics_port, "--metrics-port", str(exc.strerror)
                 ) from None
-            addresses["metrics"] = _host_port(settings.host, metrics_server.port)
+            addresses["metrics"] = join_host_port(settings.host, metrics_server.port)
         if worker is not None:
             control = control_server(worker.control, gateway.apply_shared, gateway.ensembles.statistics)
             await control.start()

@@ -45,7 +45,7 @@ from gateway.settings import GatewaySettings, WorkerPlace
 from protos import event_loop
 from protos import grpc_service_pb2 as pb
 from protos.children import die_with_parent
-from protos.ready import GATEWAY_READY, parse_ready, ready_line
+from protos.ready import GATEWAY_READY, join_host_port, parse_ready, ready_line
 from protos.status import TurnoutError, internal
 from protos.triton_metrics import MetricsEndpoint, on_loop
 
@@ -218,6 +218,7 @@ async def _serve(settings: GatewaySettings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     endpoint: MetricsEndpoint | None = None
+    metrics: WorkerMetrics | None = None
     status = 0
     try:
         for index, control in enumerate(controls):
@@ -231,13 +232,13 @@ async def _serve(settings: GatewaySettings) -> int:
             return 1
         addresses: dict[str, str] = {}
         if settings.allow_http:
-            addresses["http"] = _host_port(settings.host, http_port)
+            addresses["http"] = join_host_port(settings.host, http_port)
         if settings.allow_grpc:
-            addresses["grpc"] = _host_port(settings.host, grpc_port)
+            addresses["grpc"] = join_host_port(settings.host, grpc_port)
         if settings.allow_metrics:
             metrics = WorkerMetrics(workers)
             endpoint = MetricsEndpoint(settings.host, settings.metrics_port, on_loop(metrics.render, loop))
-            addresses["metrics"] = _host_port(settings.host, endpoint.port)
+            addresses["metrics"] = join_host_port(settings.host, endpoint.port)
         print(ready_line(GATEWAY_READY, **addresses, workers=len(workers)), flush=True)
         exited = asyncio.ensure_future(_first_exit(workers))
         stopped = asyncio.ensure_future(stop.wait())
@@ -263,6 +264,8 @@ async def _serve(settings: GatewaySettings) -> int:
         statuses = await asyncio.gather(*(asyncio.to_thread(w.process.wait) for w in workers))
         if endpoint is not None:
             endpoint.close()
+        if metrics is not None:
+            await metrics.close()
         for sock in reserved:
             sock.close()
         for path in controls:
@@ -271,10 +274,6 @@ async def _serve(settings: GatewaySettings) -> int:
         with contextlib.suppress(OSError):
             os.rmdir(folder)
     return status or max((s for s in statuses if s > 0), default=0)
-
-
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _start(index: int, settings: GatewaySettings, folder: str) -> _Worker:

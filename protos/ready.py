@@ -13,6 +13,11 @@ GATEWAY_READY = "TURNOUT_READY"
 SIDECAR_READY = "TURNOUT_SIDECAR_READY"
 
 
+def join_host_port(host: str, port: int | str) -> str:
+    """An address as a ready line (and a client) writes it: IPv6 hosts in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def ready_line(prefix: str, **fields: object) -> str:
     """The ready line of `prefix` with `fields` in the order given."""
     return " ".join([prefix, *(f"{key}={value}" for key, value in fields.items())])

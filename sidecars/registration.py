@@ -19,6 +19,7 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from protos.consul_access import host_port, refused
+from protos.ready import join_host_port
 from sidecars.models import ModelManager
 from sidecars.server import FLEET_HEALTH_SERVICE
 from sidecars.settings import SidecarSettings
@@ -114,7 +115,7 @@ class ConsulRegistration:
             meta["metrics"] = self._metrics
             meta["metrics_port"] = self._metrics.rpartition(":")[2]
         meta.update(models_meta(self._manager))
-        target = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        target = join_host_port(self.host, self.port)
         check: dict[str, Any] = {
             "CheckID": f"{self.service_id}-health",
             "Name": "sidecar gRPC health",

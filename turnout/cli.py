@@ -26,6 +26,7 @@ from protos.flags import (
     shared,
     shared_options,
 )
+from protos.ready import join_host_port
 
 
 def _check_restrictions(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
@@ -244,7 +245,7 @@ def _check_ports(flags: dict[str, Any]) -> None:
             try:
                 probe.bind((host, port))
             except OSError as exc:
-                where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                where = join_host_port(host, port)
                 raise click.ClickException(f"cannot serve {what} on {where} (--{flag}-port): {exc.strerror}") from None
 
 
@@ -326,7 +327,7 @@ def _bls_gateway_arguments(model_repositories: Sequence[str], flags: dict[str, A
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.bind((host, 0))
             flags["grpc_port"] = probe.getsockname()[1]
-    address = f"[{loopback}]:{flags['grpc_port']}" if ":" in loopback else f"{loopback}:{flags['grpc_port']}"
+    address = join_host_port(loopback, flags["grpc_port"])
     return [f"--backend-config=gateway={address}"]
 
 

@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
 from tests.e2e.simple_requests import simple_arrays
-from tests.harness import Server, eventually, make_models, turnout_up, write_repository
+from tests.harness import Server, eventually, live_children, make_models, turnout_up, write_repository
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="--gateway-workers shares ports with SO_REUSEPORT")
 
@@ -32,8 +32,11 @@ OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
 def _workers(server: Server) -> list[int]:
-    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
-    return [int(pid) for pid in children if b"gateway.workers" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return [
+        pid
+        for pid in live_children(server.process.pid)
+        if b"gateway.workers" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
 
 
 @pytest.fixture(scope="module")

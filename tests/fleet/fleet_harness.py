@@ -4,6 +4,7 @@ register with it, and gateways that discover them. Each reports readiness on a l
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -15,7 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,17 @@ def consul_binary() -> Path | None:
         return CONSUL
     found = shutil.which("consul")
     return Path(found) if found else None
+
+
+async def wait_until_async(
+    check: Callable[[], Awaitable[Any]], timeout: float, what: str, interval: float = 0.05
+) -> None:
+    """`wait_until` for an async `check`: a policy change has no event a test can wait on."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:

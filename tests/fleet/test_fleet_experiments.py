@@ -11,7 +11,6 @@ import asyncio
 import collections
 import json
 import math
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.fleet.fleet_harness import Consul, Process, gateway, metric, running, sidecar, wait_until
+from tests.fleet.fleet_harness import Consul, Process, gateway, metric, running, sidecar, wait_until, wait_until_async
 from tests.harness import make_models
 
 SERVICE, PREFIX = "experiments", "experiments/policies/"
@@ -92,14 +91,6 @@ async def _arms(
     return results
 
 
-async def _eventually(check: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
 async def test_an_experiment_splits_sticks_and_answers_under_the_called_name(consul: Consul, fleet: Process) -> None:
     _set(consul, "scale", {"weights": {"linear:1": 80, "tripled:1": 20}, "sticky_header": "x-user"})
     address, metrics, http = fleet.fields["grpc"], fleet.fields["metrics"], fleet.fields["http"]
@@ -110,7 +101,7 @@ async def test_an_experiment_splits_sticks_and_answers_under_the_called_name(con
         except InferenceServerException:
             return False
 
-    await _eventually(applied, 10, "the experiment's policy")
+    await wait_until_async(applied, 10, "the experiment's policy")
     before = {
         arm: metric(metrics, "turnout_gateway_route_decisions_total", model="scale", version=arm) for arm in SCALES
     }
@@ -172,10 +163,10 @@ async def test_experiments_change_live_and_bad_ones_change_nothing(consul: Consu
         except InferenceServerException:
             return False
 
-    await _eventually(lambda: serving("linear:2"), 10, "the first policy")
+    await wait_until_async(lambda: serving("linear:2"), 10, "the first policy")
     # A live change reaches new requests.
     _set(consul, "swap", {"weights": {"tripled:1": 1, "linear:2": 0}})
-    await _eventually(lambda: serving("tripled:1"), 5, "the changed policy")
+    await wait_until_async(lambda: serving("tripled:1"), 5, "the changed policy")
 
     # Each bad policy is refused with its reason in the log; the last good one stays.
     bad = [
@@ -190,7 +181,7 @@ async def test_experiments_change_live_and_bad_ones_change_nothing(consul: Consu
 
     # A chain: while "chained" has an arm of linear, linear may not route to other models.
     _set(consul, "chained", {"weights": {"linear:1": 1}})
-    await _eventually(lambda: _answers(address, "chained", "linear:1"), 10, "the chained policy")
+    await wait_until_async(lambda: _answers(address, "chained", "linear:1"), 10, "the chained policy")
     _set(consul, "linear", {"weights": {"1": 50, "tripled:1": 50}})
     chain = "arm 'linear:1' of model 'chained' names model 'linear', which routes to other models (a chain)"
     wait_until(lambda: chain in fleet.output(), 10, "the chain's rejection")
@@ -200,7 +191,7 @@ async def test_experiments_change_live_and_bad_ones_change_nothing(consul: Consu
     consul.delete(f"/v1/kv/{PREFIX}chained")
     consul.delete(f"/v1/kv/{PREFIX}scale")  # the first test's, which names linear:1 too
     _set(consul, "linear", {"weights": {"1": 50, "tripled:1": 50}})
-    await _eventually(lambda: _both(address), 10, "linear's experiment")
+    await wait_until_async(lambda: _both(address), 10, "linear's experiment")
     _set(consul, "tripled", {"weights": {"linear:1": 1}})
     cycle = "(a cycle: 'linear' -> 'tripled' -> 'linear')"
     wait_until(lambda: cycle in fleet.output(), 10, "the cycle's rejection")
@@ -257,7 +248,7 @@ async def test_a_shadow_to_another_model_is_compared_within_its_tolerance(consul
             await asyncio.sleep(0.2)
             return sum(outcomes(model).values()) > 0  # noqa: B023
 
-        await _eventually(shadowing, 10, f"the shadow policy of {model}")
+        await wait_until_async(shadowing, 10, f"the shadow policy of {model}")
         start = sum(outcomes(model).values())
         assert await _arms(address, model, 300) == ["linear:1"] * 300  # the primary is untouched
 
@@ -265,7 +256,7 @@ async def test_a_shadow_to_another_model_is_compared_within_its_tolerance(consul
             # Every copy is compared, failed or dropped (more than 16 running at once).
             return sum(outcomes(model).values()) >= start + 300  # noqa: B023
 
-        await _eventually(settled, 20, f"the shadows of {model}")
+        await wait_until_async(settled, 20, f"the shadows of {model}")
 
     exact_outcomes, loose_outcomes = outcomes("shadowed_exact"), outcomes("shadowed_loose")
     print(f"exact: {exact_outcomes}; within rtol 1e-3: {loose_outcomes}")
@@ -309,7 +300,7 @@ async def test_a_sequence_keeps_its_arm_across_gateways(consul: Consul, fleet: P
 
     with running(other):
         try:
-            await _eventually(applied, 10, "the sequence experiment on both gateways")
+            await wait_until_async(applied, 10, "the sequence experiment on both gateways")
             ids: list[int | str] = [*range(1, 11), *(f"user-{i}" for i in range(10))]
             per_sequence = await asyncio.gather(*(run(i) for i in ids))
             assert all(len(arms) == 1 for arms in per_sequence)  # one arm per sequence

@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
 
-from tests.fleet.fleet_harness import Consul, Process, gateway, metric, running, sidecar, wait_until
+from tests.fleet.fleet_harness import Consul, Process, gateway, metric, running, sidecar, wait_until, wait_until_async
 from tests.harness import turnout_up
 
 CONCURRENCY = 64
@@ -51,15 +51,6 @@ async def _versions(address: str, count: int, headers: list[dict[str, str] | Non
     finally:
         await client.close()
     return results
-
-
-async def _eventually(check: object, timeout: float, what: str) -> None:
-    """Repeat the async `check` until it holds: a policy change has no event we can wait on."""
-    deadline = time.monotonic() + timeout
-    while not await check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def _five_sigma(n: int, p: float) -> float:
@@ -145,7 +136,7 @@ async def test_weighted_split_sticky_explicit_and_live_kv(consul: Consul, fleet_
         async def only_version_2() -> bool:
             return await _versions(first, 40) == ["2"] * 40
 
-        await _eventually(only_version_2, 5, "version 7 to be skipped")
+        await wait_until_async(only_version_2, 5, "version 7 to be skipped")
         assert await _versions(first, 200) == ["2"] * 200
         skipped = metric(gateways[0].fields["metrics"], "turnout_gateway_route_skipped_versions_total", version="7")
         assert skipped >= 20
@@ -170,7 +161,7 @@ async def test_shadow_is_counted_and_leaves_the_primary_alone(consul: Consul, fl
         async def plain_policy() -> bool:
             return await _versions(address, 10) == ["1"] * 10
 
-        await _eventually(plain_policy, 5, "the plain policy")
+        await wait_until_async(plain_policy, 5, "the plain policy")
         await timed_run(300)  # warm up
         _, plain = await timed_run(2000)
 
@@ -180,7 +171,7 @@ async def test_shadow_is_counted_and_leaves_the_primary_alone(consul: Consul, fl
             await _versions(address, 5)
             return metric(metrics, "turnout_gateway_shadow_requests_total") > 0
 
-        await _eventually(shadowing, 5, "the shadow policy")
+        await wait_until_async(shadowing, 5, "the shadow policy")
         before = metric(metrics, "turnout_gateway_shadow_requests_total")
         versions, shadowed = await timed_run(2000)
         # Every primary answer is still version 1's (its output checked in _versions).
