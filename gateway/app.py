@@ -134,7 +134,7 @@ class PortUnavailable(Exception):
     """A front end's port could not be bound; the text names the port and its flag."""
 
 
-def _unavailable(what: str, host: str, port: int, flag: str, reason: str) -> PortUnavailable:
+def port_unavailable(what: str, host: str, port: int, flag: str, reason: str) -> PortUnavailable:
     return PortUnavailable(f"cannot serve {what} on {join_host_port(host, port)} ({flag}): {reason}")
 
 
@@ -321,7 +321,7 @@ async def serve(
             try:
                 http_socket = _bind(settings.host, settings.http_port, shared=worker is not None)
             except OSError as exc:
-                raise _unavailable(
+                raise port_unavailable(
                     "HTTP", settings.host, settings.http_port, "--http-port", str(exc.strerror)
                 ) from None
             http_port = http_socket.getsockname()[1]
@@ -351,7 +351,7 @@ async def serve(
                 else:
                     grpc_port = grpc_server.add_insecure_port(grpc_address)
             except RuntimeError:  # grpc says only "Failed to bind to address"
-                raise _unavailable(
+                raise port_unavailable(
                     "gRPC", settings.host, settings.grpc_port, "--grpc-port", "address in use or not available"
                 ) from None
             await grpc_server.start()
@@ -369,7 +369,7 @@ async def serve(
                     metrics_registry, settings.host, settings.metrics_port, fleet.render, asyncio.get_running_loop()
                 )
             except OSError as exc:
-                raise _unavailable(
+                raise port_unavailable(
                     "metrics", settings.host, settings.metrics_port, "--metrics-port", str(exc.strerror)
                 ) from None
             addresses["metrics"] = join_host_port(settings.host, metrics_server.port)

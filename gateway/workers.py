@@ -194,23 +194,39 @@ def run(settings: GatewaySettings) -> int:
     if not hasattr(socket, "SO_REUSEPORT"):
         print("turnout gateway: --gateway-workers needs SO_REUSEPORT, which this system lacks", file=sys.stderr)
         return 1
+    from gateway.app import PortUnavailable
+
     try:
         return event_loop.run(_serve(settings), settings.event_loop)
-    except OSError as exc:
+    except (PortUnavailable, OSError) as exc:
         print(f"turnout gateway: {exc}", file=sys.stderr, flush=True)
         return 1
 
 
+def _refused(settings: GatewaySettings, what: str, port: int, flag: str, exc: OSError) -> Exception:
+    """A port the gateway cannot take, in the words a one-process gateway uses."""
+    from gateway.app import port_unavailable  # gateway.app imports this module
+
+    return port_unavailable(what, settings.host, port, flag, str(exc.strerror))
+
+
+def _reserve(settings: GatewaySettings, what: str, port: int, flag: str) -> socket.socket:
+    try:
+        return reserve_port(settings.host, port)
+    except OSError as exc:
+        raise _refused(settings, what, port, flag, exc) from None
+
+
 async def _serve(settings: GatewaySettings) -> int:
-    folder = tempfile.mkdtemp(prefix="turnout-gateway-")
     reserved = []
     http_port, grpc_port = settings.http_port, settings.grpc_port
     if settings.allow_http:
-        reserved.append(reserve_port(settings.host, http_port))
+        reserved.append(_reserve(settings, "HTTP", http_port, "--http-port"))
         http_port = reserved[-1].getsockname()[1]
     if settings.allow_grpc:
-        reserved.append(reserve_port(settings.host, grpc_port))
+        reserved.append(_reserve(settings, "gRPC", grpc_port, "--grpc-port"))
         grpc_port = reserved[-1].getsockname()[1]
+    folder = tempfile.mkdtemp(prefix="turnout-gateway-")
     controls = [os.path.join(folder, f"worker-{index}.sock") for index in range(settings.workers)]
     workers: list[_Worker] = []
     stop = asyncio.Event()
@@ -237,7 +253,10 @@ async def _serve(settings: GatewaySettings) -> int:
             addresses["grpc"] = join_host_port(settings.host, grpc_port)
         if settings.allow_metrics:
             metrics = WorkerMetrics(workers)
-            endpoint = MetricsEndpoint(settings.host, settings.metrics_port, on_loop(metrics.render, loop))
+            try:
+                endpoint = MetricsEndpoint(settings.host, settings.metrics_port, on_loop(metrics.render, loop))
+            except OSError as exc:
+                raise _refused(settings, "metrics", settings.metrics_port, "--metrics-port", exc) from None
             addresses["metrics"] = join_host_port(settings.host, endpoint.port)
         print(ready_line(GATEWAY_READY, **addresses, workers=len(workers)), flush=True)
         exited = asyncio.ensure_future(_first_exit(workers))

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
 from tests.e2e.simple_requests import simple_arrays
-from tests.harness import Server, eventually, live_children, make_models, turnout_up, write_repository
+from tests.harness import Server, eventually, free_port, live_children, make_models, turnout_up, write_repository
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="--gateway-workers shares ports with SO_REUSEPORT")
 
@@ -222,3 +224,17 @@ def test_a_worker_that_dies_stops_the_gateway(tmp_path: Path) -> None:
         assert running.process.returncode == 1
         assert "gateway worker 0 exited" in running.output()
         assert eventually(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers[1:]), timeout=30)
+
+
+@pytest.mark.parametrize(("flag", "what"), [("--http-port", "HTTP"), ("--metrics-port", "metrics")])
+def test_a_taken_port_is_refused_in_the_one_gateways_words(flag: str, what: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"--http-port": free_port(), "--grpc-port": free_port(), "--metrics-port": free_port(), flag: port}
+        command = [sys.executable, "-m", "turnout", "gateway", "--sidecar=onnxruntime=127.0.0.1:1", "--host=127.0.0.1"]
+        command += [f"{name}={value}" for name, value in ports.items()]
+        done = subprocess.run([*command, "--gateway-workers=2"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"cannot serve {what} on 127.0.0.1:{port} ({flag}): Address already in use" in done.stderr
