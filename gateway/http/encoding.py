@@ -232,5 +232,12 @@ def response_encoding(accept_encoding: str | None) -> str | None:
 
 
 def compress(body: bytes, encoding: str) -> bytes:
-    compressor = zlib.compressobj(wbits=COMPRESSIONS[encoding])
+    """`body` compressed as `encoding`, at zlib's default level. The window and the hash
+    table are sized to the body: zlib's defaults (a 32 KiB window, memLevel 8) allocate and
+    clear about 256 KiB per stream, which for an infer answer of a few hundred bytes costs
+    five times the compression itself. A window at least as long as the body finds every
+    match the full one would, and any decoder reads the result."""
+    window = min(max((len(body) - 1).bit_length(), 9), zlib.MAX_WBITS)
+    wbits = COMPRESSIONS[encoding] - zlib.MAX_WBITS + window  # the same wrapper (gzip or zlib)
+    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, wbits, window - 7)
     return compressor.compress(body) + compressor.flush()

@@ -13,6 +13,7 @@ import pytest
 from gateway.http.encoding import (
     INFLATE_STEP,
     check_encoding,
+    compress,
     decompressed_too_large,
     json_too_large,
     raw_input_too_large,
@@ -130,3 +131,14 @@ def test_encodings() -> None:
     with pytest.raises(TurnoutError) as caught:
         check_encoding("br")
     assert (caught.value.status, caught.value.message) == (Status.UNSUPPORTED, "Unsupported compression type")
+
+
+@pytest.mark.parametrize("size", [0, 1, 255, 511, 512, 513, 4096, 40_000, 300_000])
+def test_answers_compress_to_what_any_decoder_reads(size: int) -> None:
+    # The window is sized to the body; the stream must stay standard gzip and zlib, and as
+    # small as zlib's own defaults make it.
+    noise = random.Random(size).randbytes(size // 2)
+    body = noise + b"tensor " * ((size - len(noise)) // 7) + b"x" * ((size - len(noise)) % 7)
+    assert gzip.decompress(compress(body, "gzip")) == body
+    assert zlib.decompress(compress(body, "deflate")) == body
+    assert len(compress(body, "deflate")) <= len(zlib.compress(body)) + 16
