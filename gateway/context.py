@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from protos.sequence import SequenceFlags
+from protos.status import TurnoutError
 
 if TYPE_CHECKING:
     from gateway.tracing.trace import Trace
@@ -25,9 +26,10 @@ class RequestContext:
     deadline: float | None = None
     sequence: SequenceFlags | None = None
     trace: Trace | None = None
-    # A stream's request: a decoupled model's responses before its last go here, serialized
-    # (only a stream can carry several; without it a request wants exactly one answer).
-    responses: Callable[[bytes], None] | None = None
+    # A stream's request: a decoupled model's responses before its last go here, serialized,
+    # or as a TurnoutError for an error response with more to follow (only a stream can
+    # carry several; without it a request wants exactly one answer).
+    responses: Callable[[bytes | TurnoutError], None] | None = None
 
 
 NO_CONTEXT = RequestContext()

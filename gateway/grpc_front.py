@@ -65,15 +65,20 @@ def stream_response(infer_response: bytes) -> bytes:
     return length_delimited(_INFER_RESPONSE_FIELD, body)
 
 
-def stream_part(infer_response: bytes) -> bytes:
-    """A decoupled model's response with more to follow, as a ModelStreamInferResponse."""
-    return length_delimited(_INFER_RESPONSE_FIELD, infer_response + _MORE_RESPONSE)
+def stream_part(answer: bytes | TurnoutError, request: pb.ModelInferRequest) -> bytes:
+    """A decoupled model's response with more to follow, as a ModelStreamInferResponse; an
+    error response is its message, as Triton sends it: naming the request's model and id,
+    not final, and the stream goes on."""
+    if isinstance(answer, TurnoutError):
+        return stream_error(answer.message, request.id, request.model_name, final=False)
+    return length_delimited(_INFER_RESPONSE_FIELD, answer + _MORE_RESPONSE)
 
 
-def stream_error(message: str, request_id: str) -> bytes:
+def stream_error(message: str, request_id: str, model_name: str = "", final: bool = True) -> bytes:
     response = pb.ModelStreamInferResponse(error_message=message)
     response.infer_response.id = request_id
-    response.infer_response.parameters["triton_final_response"].bool_param = True
+    response.infer_response.model_name = model_name
+    response.infer_response.parameters["triton_final_response"].bool_param = final
     serialized: bytes = response.SerializeToString()
     return serialized
 
@@ -233,7 +238,7 @@ class InferenceService:
                     await self._traced_stream_one(request, encoded, replace(call_context, trace=trace), responses)
                     return
                 # A decoupled model's earlier responses join the stream as they come.
-                own = replace(call_context, responses=lambda part: responses.put_nowait(stream_part(part)))
+                own = replace(call_context, responses=lambda part: responses.put_nowait(stream_part(part, request)))
                 answer = await self._gateway.infer(request, encoded, own)
                 if answer or _wants_empty_final(request):
                     answer = answer or _empty_response(request)
@@ -283,7 +288,7 @@ class InferenceService:
         assert trace is not None
         trace.stamp(GRPC_WAITREAD_START)
         trace.stamp(GRPC_WAITREAD_END)
-        own = replace(context, responses=lambda part: responses.put_nowait(stream_part(part)))
+        own = replace(context, responses=lambda part: responses.put_nowait(stream_part(part, request)))
         try:
             answer = await self._gateway.infer(request, encoded, own)
         except BaseException:

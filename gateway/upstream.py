@@ -145,7 +145,7 @@ class SidecarClient:
         return f"SidecarClient({self.framework!r}, {self.address!r})"
 
     async def infer(
-        self, encoded: bytes, traceparent: str = "", responses: Callable[[bytes], None] | None = None
+        self, encoded: bytes, traceparent: str = "", responses: Callable[[bytes | TurnoutError], None] | None = None
     ) -> bytes:
         """Forward a serialized ModelInferRequest; return the serialized response. A traced
         request's `traceparent` rides the gRPC call's metadata (on the lane, the request's
@@ -178,20 +178,23 @@ class SidecarClient:
             raise _translate(exc, self.tls) from exc
         return response
 
-    async def _stream(self, encoded: bytes, responses: Callable[[bytes], None]) -> bytes:
+    async def _stream(self, encoded: bytes, responses: Callable[[bytes | TurnoutError], None]) -> bytes:
         assert self._lane is not None
         async for payload, last in self._lane.stream(encoded, REQUEST_ID.get()):
-            if last:
+            if last and isinstance(payload, bytes):  # a last error is raised, never yielded
                 return payload
             responses(payload)
         return b""  # pragma: no cover - a lane stream always ends with its last answer
 
-    async def _grpc_stream(self, encoded: bytes, responses: Callable[[bytes], None]) -> bytes:
+    async def _grpc_stream(self, encoded: bytes, responses: Callable[[bytes | TurnoutError], None]) -> bytes:
         """`_stream` over the sidecar's ModelStreamInfer: its responses up to the final one."""
         async for answer in self._stream_infer(iter([encoded])):
-            if answer.error_message:
-                raise internal(answer.error_message)
             final = answer.infer_response.parameters.get("triton_final_response")
+            if answer.error_message:
+                if final is not None and not final.bool_param:  # an error response, more to follow
+                    responses(internal(answer.error_message))
+                    continue
+                raise internal(answer.error_message)
             payload: bytes = answer.infer_response.SerializeToString()
             if final is not None and final.bool_param:
                 return payload

@@ -20,9 +20,10 @@ text that names both versions and which side to upgrade (a peer that predates th
 counts as version 1), and the gateway reports that sidecar not ready.
 
 Several answers to one request (a decoupled model's): a STREAM request is an INFER that
-accepts them. Its answers are PART frames, each a response with more to follow, then one
-REPLY (the last response; an empty payload when the model ended without one) or ERROR.
-An INFER call never sees a PART frame.
+accepts them. Its answers are PART frames, each a response with more to follow, or
+PART_ERROR frames, each an error response with more to follow (Triton passes a decoupled
+model's error in-band and the stream goes on), then one REPLY (the last response; an empty
+payload when the model ended without one) or ERROR. An INFER call never sees either.
 
 A frame may carry at most `max_frame` payload bytes (MAX_FRAME: the largest gRPC message
 Triton takes, plus the request id). A sender checks against the limit its peer stated and
@@ -57,7 +58,7 @@ TLS_HANDSHAKE_TIMEOUT_SECS = 5.0
 
 # The lane's wire version, stated in the HELLO each end sends first. Version 1 was the lane
 # before the handshake. Bump it for any change an older peer would misread.
-LANE_PROTOCOL = 2
+LANE_PROTOCOL = 3  # 3: PART_ERROR
 # HELLO payload: magic | u16 version | u64 largest frame taken; later versions may append
 # fields, which a reader ignores. The version's place never moves.
 _HELLO = struct.Struct("<8sHQ")
@@ -73,6 +74,7 @@ class Kind(IntEnum):
     HELLO = 5  # the handshake, on call id 0
     STREAM = 6  # an INFER whose answers may be several PART frames before the REPLY
     PART = 7  # one answer of a STREAM call, more to follow
+    PART_ERROR = 8  # one error answer of a STREAM call (an encoded TurnoutError), more to follow
 
 
 def encode_error(error: TurnoutError) -> bytes:
@@ -192,8 +194,9 @@ class _Framer(asyncio.Protocol):
 
 
 Handler = Callable[[memoryview, str], Awaitable[bytes]]
-# A STREAM call's answers: (payload, last); a stream that ends without a last one ends empty.
-StreamHandler = Callable[[memoryview, str], AsyncIterator[tuple[bytes, bool]]]
+# A STREAM call's answers: (payload, last), a TurnoutError for an error answer with more to
+# follow; a stream that ends without a last one ends empty, one that raises ends with its error.
+StreamHandler = Callable[[memoryview, str], AsyncIterator[tuple[bytes | TurnoutError, bool]]]
 
 
 def request_id_prefix(request_id: str) -> bytes:
@@ -319,6 +322,11 @@ class _ServerConnection(_Framer):
     async def _answer_stream(self, call_id: int, request: memoryview, request_id: str, handler: StreamHandler) -> None:
         try:
             async for payload, last in handler(request, request_id):
+                if isinstance(payload, TurnoutError):
+                    if last:
+                        raise payload
+                    self.send(call_id, Kind.PART_ERROR, encode_error(payload))
+                    continue
                 if len(payload) > self.max_frame:
                     message = too_large(len(payload), self.max_frame, sent=True)
                     self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, message)))
@@ -555,9 +563,10 @@ class LaneClient:
         finally:
             connection.waiting.pop(call_id, None)
 
-    async def stream(self, payload: bytes, request_id: str = "") -> AsyncIterator[tuple[bytes, bool]]:
-        """Send one STREAM request; yield its answers as (payload, last), or raise the
-        sidecar's TurnoutError. The last may be empty: the model ended with no response."""
+    async def stream(self, payload: bytes, request_id: str = "") -> AsyncIterator[tuple[bytes | TurnoutError, bool]]:
+        """Send one STREAM request; yield its answers as (payload, last), an error answer
+        with more to follow as (TurnoutError, False), or raise the sidecar's TurnoutError
+        that ends it. The last may be empty: the model ended with no response."""
         connection, prefix = await self._ready_for(payload, request_id)
         call_id = next(self._ids)
         answers: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue()
@@ -569,6 +578,9 @@ class LaneClient:
                 kind, answer = await answers.get()
                 if kind == Kind.PART:
                     yield answer, False
+                    continue
+                if kind == Kind.PART_ERROR:
+                    yield decode_error(answer), False
                     continue
                 finished = True
                 if kind == Kind.REPLY:

@@ -189,9 +189,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
 
     async def _infer_decoupled(
         self, request: pb.ModelInferRequest, request_id: str = ""
-    ) -> AsyncIterator[tuple[pb.ModelInferResponse | None, bool]]:
+    ) -> AsyncIterator[tuple[pb.ModelInferResponse | TurnoutError | None, bool]]:
         """A request to a decoupled model: each response as the model sends it, with
-        whether it is the last; (None, True) when the model ended without one."""
+        whether it is the last; an error response with more to follow as its TurnoutError
+        (one that ends the request is raised); (None, True) when the model ended without one."""
         start = time.monotonic_ns()
         parameters = request.parameters
         if REQUEST_ID_PARAMETER in parameters:
@@ -211,7 +212,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             while not last:
                 answer, last = await answers.get()
                 if isinstance(answer, TurnoutError):
-                    raise answer
+                    if last:
+                        raise answer
+                    yield answer, False  # an error response: the request goes on, as in Triton
+                    continue
                 if answer is None:
                     yield None, True
                     continue
@@ -233,7 +237,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
 
     async def _stream_answers(
         self, request: pb.ModelInferRequest, request_id: str = ""
-    ) -> AsyncIterator[tuple[pb.ModelInferResponse | None, bool]]:
+    ) -> AsyncIterator[tuple[pb.ModelInferResponse | TurnoutError | None, bool]]:
         """Every answer to one request of a stream: one for most models, as many as a
         decoupled model sends."""
         loaded = self.manager.resolve(request.model_name, request.model_version)
@@ -243,10 +247,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         async for answer in self._infer_decoupled(request, request_id):
             yield answer
 
-    async def stream_encoded(self, encoded: memoryview, request_id: str) -> AsyncIterator[tuple[bytes, bool]]:
-        """A STREAM call on the gateway's lane: serialized responses, the last one marked."""
+    async def stream_encoded(
+        self, encoded: memoryview, request_id: str
+    ) -> AsyncIterator[tuple[bytes | TurnoutError, bool]]:
+        """A STREAM call on the gateway's lane: serialized responses (an error response as
+        its TurnoutError), the last one marked."""
         async for response, last in self._stream_answers(pb.ModelInferRequest.FromString(encoded), request_id):
-            yield (response.SerializeToString() if response is not None else b""), last
+            if isinstance(response, pb.ModelInferResponse):
+                yield response.SerializeToString(), last
+            else:
+                yield (response if response is not None else b""), last
 
     async def infer_encoded(self, encoded: memoryview, request_id: str) -> bytes:
         """ModelInfer for the gateway's lane: a serialized request and the gateway's request
@@ -291,6 +301,13 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         empty_final = request.parameters.get("triton_enable_empty_final_response")
         try:
             async for response, last in self._stream_answers(request):
+                if isinstance(response, TurnoutError):  # in-band, as Triton: the stream goes on
+                    failed = pb.ModelStreamInferResponse(error_message=response.message)
+                    failed.infer_response.id = request.id
+                    failed.infer_response.model_name = request.model_name
+                    failed.infer_response.parameters["triton_final_response"].bool_param = False
+                    out.put_nowait(failed)
+                    continue
                 if response is None:
                     if not (empty_final is not None and empty_final.bool_param):
                         continue  # as Triton: an empty final response only where the client asked

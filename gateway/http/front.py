@@ -220,6 +220,12 @@ async def _while_connected(request: Request, work: Awaitable[bytes]) -> bytes:
             watcher.cancel()
 
 
+_GENERATE_NOT_ONE = (
+    "generate expects model to produce exactly 1 response, use generate stream for model that generates "
+    "various number of responses"
+)
+
+
 class HttpFront:
     """Triton's HTTP API over one Gateway; `app` is the ASGI endpoint for every path."""
 
@@ -397,15 +403,16 @@ class HttpFront:
         infer_request = generate_request(document, name, version, answer.config)
         context = RequestContext(request.headers)
         if not stream:
-            parts: list[bytes] = []
+            parts: list[bytes | TurnoutError] = []
             last = await _while_connected(
                 request, self._gateway.infer(infer_request, None, replace(context, responses=parts.append))
             )
             answers = [*parts, last] if last else parts
             if len(answers) != 1:
-                raise invalid_arg(
-                    f"generate expects one response from model '{name}', got {len(answers)}; use generate_stream"
-                )
+                # Triton's words, and its status: the error is the body of a 200.
+                return _error(_GENERATE_NOT_ONE, 200)
+            if isinstance(answers[0], TurnoutError):  # the model's error response: a 400 in Triton
+                return _error(answers[0].message, 400)
             return _json(generate_response(ModelInferResponse.FromString(answers[0])))
         events: asyncio.Queue[bytes | TurnoutError | None] = asyncio.Queue()
 

@@ -60,8 +60,9 @@ def _set_parameter(request: pb.ModelInferRequest, key: str, value: Any) -> None:
 
 
 def generate_response(response: pb.ModelInferResponse) -> dict[str, Any]:
-    """The extension's response object: model name and version, then each output by name,
-    one element as a scalar, more as a flat array."""
+    """The extension's response object: model name and version, the id, and each output by
+    name, one element as a scalar, more as a flat array; keys in Triton's order (sorted,
+    so upper-case output names come first)."""
     document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         document["id"] = response.id
@@ -71,4 +72,4 @@ def generate_response(response: pb.ModelInferResponse) -> dict[str, Any]:
             continue
         data = codec.to_json_data(response.raw_output_contents[index], datatype, list(output.shape))
         document[output.name] = data[0] if len(data) == 1 else data
-    return document
+    return dict(sorted(document.items()))

@@ -341,12 +341,14 @@ def _answered(response: bytes, model: str, arm: str) -> bytes:
     return relabelled(response, model, arm) if arm_target(arm)[0] else response
 
 
-def _relabelling(responses: Callable[[bytes], None] | None, model: str, arm: str) -> Callable[[bytes], None] | None:
+def _relabelling(
+    responses: Callable[[bytes | TurnoutError], None] | None, model: str, arm: str
+) -> Callable[[bytes | TurnoutError], None] | None:
     """`responses` (where a decoupled model's answers before its last go), each answer
-    relabelled as `_answered` does the last."""
+    relabelled as `_answered` does the last; an error answer passes as it is."""
     if responses is None or not arm_target(arm)[0]:
         return responses
-    return lambda part: responses(relabelled(part, model, arm))
+    return lambda part: responses(part if isinstance(part, TurnoutError) else relabelled(part, model, arm))
 
 
 def _newest_first(arm: str) -> tuple[bool, int, str]:

@@ -57,10 +57,12 @@ class BlsClient:
         """The responses of one request on ModelStreamInfer, up to the one marked final."""
         try:
             for answer in self._service().ModelStreamInfer(iter([message]), timeout=timeout):
+                final = answer.infer_response.parameters.get("triton_final_response")
                 if answer.error_message:
                     yield _failed(Status.INTERNAL.value, answer.error_message)
+                    if final is not None and not final.bool_param:
+                        continue  # an error response with more to follow, as Triton's iterator gives it
                     return
-                final = answer.infer_response.parameters.get("triton_final_response")
                 if answer.infer_response.outputs or final is None or not final.bool_param:
                     yield _response(answer.infer_response)
                 if final is not None and final.bool_param:

@@ -165,6 +165,7 @@ output [
 BLS_MODEL = """
 import json
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
@@ -178,6 +179,9 @@ class TritonPythonModel:
                 inputs=[pb_utils.get_input_tensor_by_name(request, n) for n in ("INPUT0", "INPUT1")],
                 requested_output_names=["OUTPUT0", "OUTPUT1"],
             )
+            if parameters.get("stream"):  # "5,6,7": a decoupled call to `repeat`, its answers in words
+                responses.append(self.stream(parameters["stream"]))
+                continue
             answer = await call.async_exec() if parameters.get("async") else call.exec()
             if answer.has_error():
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(answer.error().message())))
@@ -185,6 +189,21 @@ class TritonPythonModel:
             outputs = [pb_utils.get_output_tensor_by_name(answer, n) for n in ("OUTPUT0", "OUTPUT1")]
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(t.name(), t.as_numpy()) for t in outputs]))
         return responses
+
+    def stream(self, values):
+        call = pb_utils.InferenceRequest(
+            model_name="repeat",
+            inputs=[pb_utils.Tensor("IN", np.array([int(v) for v in values.split(",")], dtype=np.int32))],
+            requested_output_names=["OUT"],
+            parameters={"fail_at": 1},
+        )
+        seen = []
+        for answer in call.exec(decoupled=True):
+            if answer.has_error():
+                seen.append("error: " + answer.error().message())
+            elif answer.output_tensors():
+                seen.append(str(int(pb_utils.get_output_tensor_by_name(answer, "OUT").as_numpy()[0])))
+        return pb_utils.InferenceResponse([], parameters={"seen": " | ".join(seen)})
 """
 
 REPEAT_CONFIG = """
@@ -200,7 +219,8 @@ instance_group [{ kind: KIND_CPU count: 1 }]
 """
 
 # Decoupled: one response per element of IN, sent from a thread after execute returned,
-# then the final flag alone (`final: together` sends it with the last response instead).
+# then the final flag alone (`final: together` sends it with the last response instead);
+# `fail_at: i` sends an error response in place of the i-th, and goes on.
 REPEAT_MODEL = """
 import json
 import threading
@@ -214,14 +234,19 @@ class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
             values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
-            together = json.loads(request.parameters()).get("final") == "together"
-            thread = threading.Thread(target=self.send, args=(request.get_response_sender(), values, together))
+            parameters = json.loads(request.parameters())
+            together = parameters.get("final") == "together"
+            fail_at = parameters.get("fail_at", -1)
+            thread = threading.Thread(target=self.send, args=(request.get_response_sender(), values, together, fail_at))
             thread.start()
         return None
 
-    def send(self, sender, values, together):
+    def send(self, sender, values, together, fail_at):
         for index, value in enumerate(values):
             time.sleep(0.01)
+            if index == fail_at:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"no answer for {value}")))
+                continue
             outputs = [
                 pb_utils.Tensor("OUT", np.array([value], dtype=np.int32)),
                 pb_utils.Tensor("IDX", np.array([index], dtype=np.uint32)),

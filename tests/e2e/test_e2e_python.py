@@ -226,6 +226,15 @@ def test_bls_errors_come_back_in_the_response(up: Server) -> None:
     assert "no_such_model" in caught.value.message()
 
 
+def test_a_bls_stream_goes_on_past_an_error_response(up: Server) -> None:
+    # `repeat` answers 5, an error in place of 6, then 7: a decoupled BLS call sees all three.
+    a, b = simple_arrays()
+    with grpcclient.InferenceServerClient(up.grpc) as client:
+        result = client.infer("bls", grpc_inputs(a, b), parameters={"stream": "5,6,7"})
+    seen = result.get_response().parameters["seen"].string_param
+    assert seen == "5 | error: no answer for 6 | 7"
+
+
 def test_repository_lists_python_models_ready(up: Server) -> None:
     with httpclient.InferenceServerClient(up.http) as client:
         index = {entry["name"]: entry.get("state") for entry in client.get_model_repository_index()}

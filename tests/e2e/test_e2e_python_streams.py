@@ -4,7 +4,10 @@ gRPC ModelStreamInfer (tritonclient's stream) and over HTTP through the generate
 
 from __future__ import annotations
 
+import asyncio
 import json
+import queue
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from gateway.upstream import SidecarClient
+from protos import grpc_service_pb2 as pb
+from protos.ready import SIDECAR_READY
+from protos.status import TurnoutError
 from tests.e2e.python_models import stream_repeat, write_python_models
+from tests.fleet.fleet_harness import spawn
 from tests.harness import Server, turnout_up, write_repository
 
 
@@ -82,8 +90,49 @@ def test_generate_answers_one_response_as_flat_json(up: Server) -> None:
     assert answer["OUTPUT0"] == [2.0, 3.0, 4.0, 5.0]
     assert answer["OUTPUT1"] == [0.0, 1.0, 2.0, 3.0]
     refused = httpx.post(f"http://{up.http}/v2/models/repeat/generate", json={"IN": [1, 2]})
-    assert refused.status_code == 400
-    assert "use generate_stream" in refused.json()["error"]
+    assert refused.status_code == 200  # Triton's status for it: the error is the body of a 200
+    assert refused.json() == {
+        "error": "generate expects model to produce exactly 1 response, use generate stream for model that "
+        "generates various number of responses"
+    }
+
+
+def test_an_error_response_mid_stream_is_passed_and_the_stream_goes_on(up: Server) -> None:
+    # As Triton: the error reaches the client in-band, not final, and the responses after it follow.
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    inputs = [grpcclient.InferInput("IN", [3], "INT32")]
+    inputs[0].set_data_from_numpy(np.array([5, 6, 7], dtype=np.int32))
+    got: list[Any] = []
+    with grpcclient.InferenceServerClient(up.grpc) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        try:
+            client.async_stream_infer(
+                "repeat", inputs, request_id="e1", parameters={"fail_at": 1}, enable_empty_final_response=True
+            )
+            while not got or got[-1] != "final":
+                result, error = answers.get(timeout=30)
+                if error is not None:
+                    got.append(f"error: {error.message()}")
+                    continue
+                response = result.get_response()
+                assert response.id == "e1"
+                final = response.parameters["triton_final_response"].bool_param
+                got.append("final" if final else int(result.as_numpy("OUT")[0]))
+        finally:
+            client.stop_stream()
+    assert got == [5, "error: no answer for 6", 7, "final"]
+
+    body = {"IN": [5, 6, 7], "fail_at": 1}
+    with httpx.stream("POST", f"http://{up.http}/v2/models/repeat/generate_stream", json=body) as response:
+        lines = [line for line in response.iter_lines() if line]
+    assert lines == [
+        'data: {"IDX":0,"OUT":5,"model_name":"repeat","model_version":"1"}',  # Triton's bytes, keys sorted
+        'data: {"error":"no answer for 6"}',
+        'data: {"IDX":2,"OUT":7,"model_name":"repeat","model_version":"1"}',
+    ]
+
+    refused = httpx.post(f"http://{up.http}/v2/models/repeat/generate", json={"IN": [6], "fail_at": 0})
+    assert (refused.status_code, refused.json()) == (400, {"error": "no answer for 6"})
 
 
 def test_generate_stream_reports_an_error_as_an_event(up: Server) -> None:
@@ -101,3 +150,41 @@ def test_a_traced_stream_request_to_a_decoupled_model_streams_too(tmp_path: Path
         got = _stream(traced, [2, 3], enable_empty_final_response=True)
     assert [int(r.as_numpy("OUT")[0]) for r in got[:2]] == [2, 3]
     assert len(got) == 3
+
+
+def test_a_sidecar_without_the_lane_streams_past_an_error_response_too(tmp_path: Path) -> None:
+    # The sidecar's own ModelStreamInfer (what a gateway uses where a sidecar has no lane)
+    # passes the error in-band, not final, as Triton does; the gateway's client reads it so.
+    repo = write_python_models(write_repository(tmp_path / "repo", ("simple",)))
+    command = [sys.executable, "-m", "sidecars", "--framework=python", f"--model-repository={repo}"]
+    command += ["--host=127.0.0.1", "--port=0", "--metrics-port=0", "--exit-timeout-secs=3", "--load-model=repeat"]
+    command += ["--model-control-mode=explicit"]
+    running = spawn(command, SIDECAR_READY)
+    try:
+        address = running.fields["grpc"]
+        request = pb.ModelInferRequest(model_name="repeat", id="g1")
+        request.inputs.add(name="IN", datatype="INT32", shape=[3])
+        request.raw_input_contents.append(np.array([5, 6, 7], dtype=np.int32).tobytes())
+        request.parameters["fail_at"].int64_param = 1
+
+        async def through_the_gateways_client() -> tuple[list[bytes | TurnoutError], bytes]:
+            client = SidecarClient("python", address)  # no lane: its ModelStreamInfer
+            parts: list[bytes | TurnoutError] = []
+            try:
+                last = await client.infer(request.SerializeToString(), responses=parts.append)
+            finally:
+                await client.close()
+            return parts, last
+
+        parts, last = asyncio.run(through_the_gateways_client())
+        assert last == b""  # the final flag came alone
+        first, error, third = parts
+        assert isinstance(first, bytes) and isinstance(third, bytes) and isinstance(error, TurnoutError)
+        assert error.message == "no answer for 6"
+        values = [
+            np.frombuffer(pb.ModelInferResponse.FromString(p).raw_output_contents[0], np.int32)[0]
+            for p in (first, third)
+        ]
+        assert values == [5, 7]
+    finally:
+        running.stop()

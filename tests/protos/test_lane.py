@@ -477,8 +477,9 @@ def test_the_lane_serves_on_uvloop(tmp_path, kind) -> None:
         assert runner.run(exchange()) == [b"cba", b"wols"]
 
 
-async def _streamer(view: memoryview, request_id: str) -> AsyncIterator[tuple[bytes, bool]]:
-    """Answers `n:<count>[:last|:fail]` with <count> parts, then the ending it names."""
+async def _streamer(view: memoryview, request_id: str) -> AsyncIterator[tuple[bytes | TurnoutError, bool]]:
+    """Answers `n:<count>[:last|:fail|:wrong]` with <count> parts, then the ending it names
+    (`wrong`: an error answer with more to follow, then a last one)."""
     _, count, ending = (bytes(view).decode() + ":").split(":")[:3]
     for index in range(int(count)):
         await asyncio.sleep(0)
@@ -487,6 +488,9 @@ async def _streamer(view: memoryview, request_id: str) -> AsyncIterator[tuple[by
         yield b"last", True
     elif ending == "fail":
         raise TurnoutError(Status.INTERNAL, "the model failed mid-stream")
+    elif ending == "wrong":
+        yield TurnoutError(Status.INVALID_ARG, "one answer went wrong"), False
+        yield b"after", True
     elif ending.startswith("big"):
         yield bytes(int(ending[3:])), False
 
@@ -500,7 +504,7 @@ async def stream_lane(tmp_path: Path):
     server.stop_accepting()
 
 
-async def _answers(client: LaneClient, payload: bytes, request_id: str) -> list[tuple[bytes, bool]]:
+async def _answers(client: LaneClient, payload: bytes, request_id: str) -> list[tuple[bytes | TurnoutError, bool]]:
     return [answer async for answer in client.stream(payload, request_id)]
 
 
@@ -531,6 +535,13 @@ async def test_a_stream_error_ends_the_stream_after_its_parts(stream_lane) -> No
             got.append(answer)
     assert got == [(b"c-0", False)]
     assert caught.value.message == "the model failed mid-stream"
+
+
+async def test_an_error_answer_with_more_to_follow_keeps_the_stream_going(stream_lane) -> None:
+    (first, more), (error, also_more), after = await _answers(stream_lane, b"n:1:wrong", "w")
+    assert (first, more, also_more, after) == (b"w-0", False, False, (b"after", True))
+    assert isinstance(error, TurnoutError)
+    assert (error.status, error.message) == (Status.INVALID_ARG, "one answer went wrong")
 
 
 async def test_a_stream_to_a_server_without_a_stream_handler_gets_one_reply(lane) -> None:
