@@ -67,17 +67,20 @@ def stream_response(infer_response: bytes) -> bytes:
 
 def stream_part(answer: bytes | TurnoutError, request: pb.ModelInferRequest) -> bytes:
     """A decoupled model's response with more to follow, as a ModelStreamInferResponse; an
-    error response is its message, as Triton sends it: naming the request's model and id,
-    not final, and the stream goes on."""
+    error response is its message, as Triton sends it: naming the request's model, version
+    (as the request named it) and id, not final, and the stream goes on."""
     if isinstance(answer, TurnoutError):
-        return stream_error(answer.message, request.id, request.model_name, final=False)
+        return stream_error(answer.message, request.id, request.model_name, request.model_version, final=False)
     return length_delimited(_INFER_RESPONSE_FIELD, answer + _MORE_RESPONSE)
 
 
-def stream_error(message: str, request_id: str, model_name: str = "", final: bool = True) -> bytes:
+def stream_error(
+    message: str, request_id: str, model_name: str = "", model_version: str = "", final: bool = True
+) -> bytes:
     response = pb.ModelStreamInferResponse(error_message=message)
     response.infer_response.id = request_id
     response.infer_response.model_name = model_name
+    response.infer_response.model_version = model_version
     response.infer_response.parameters["triton_final_response"].bool_param = final
     serialized: bytes = response.SerializeToString()
     return serialized

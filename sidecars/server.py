@@ -305,6 +305,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
                     failed = pb.ModelStreamInferResponse(error_message=response.message)
                     failed.infer_response.id = request.id
                     failed.infer_response.model_name = request.model_name
+                    failed.infer_response.model_version = request.model_version
                     failed.infer_response.parameters["triton_final_response"].bool_param = False
                     out.put_nowait(failed)
                     continue

@@ -12,10 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from gateway.upstream import SidecarClient
@@ -121,6 +123,19 @@ def test_an_error_response_mid_stream_is_passed_and_the_stream_goes_on(up: Serve
         finally:
             client.stop_stream()
     assert got == [5, "error: no answer for 6", 7, "final"]
+
+    # The error message itself, as Triton words it: the request's model, version and id, not final.
+    request = service_pb2.ModelInferRequest(model_name="repeat", model_version="1", id="e2")
+    request.inputs.add(name="IN", datatype="INT32", shape=[2])
+    request.raw_input_contents.append(np.array([5, 6], dtype=np.int32).tobytes())
+    request.parameters["fail_at"].int64_param = 1
+    with grpc.insecure_channel(up.grpc) as channel:
+        messages = list(service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([request])))
+    failed = messages[1]
+    assert failed.error_message == "no answer for 6"
+    assert (failed.infer_response.model_name, failed.infer_response.model_version) == ("repeat", "1")
+    assert failed.infer_response.id == "e2"
+    assert failed.infer_response.parameters["triton_final_response"].bool_param is False
 
     body = {"IN": [5, 6, 7], "fail_at": 1}
     with httpx.stream("POST", f"http://{up.http}/v2/models/repeat/generate_stream", json=body) as response:
