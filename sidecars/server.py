@@ -54,6 +54,17 @@ def rpc(
     return wrapper
 
 
+def _stream_failure(request: pb.ModelInferRequest, message: str, final: bool) -> pb.ModelStreamInferResponse:
+    """An error on ModelStreamInfer, in-band as Triton sends it: naming the request's model,
+    version and id; `final` when it ends the request."""
+    failed = pb.ModelStreamInferResponse(error_message=message)
+    failed.infer_response.id = request.id
+    failed.infer_response.model_name = request.model_name
+    failed.infer_response.model_version = request.model_version
+    failed.infer_response.parameters["triton_final_response"].bool_param = final
+    return failed
+
+
 def _stream_rpc(
     method: Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[Response]],
 ) -> Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[Response]]:
@@ -302,12 +313,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         try:
             async for response, last in self._stream_answers(request):
                 if isinstance(response, TurnoutError):  # in-band, as Triton: the stream goes on
-                    failed = pb.ModelStreamInferResponse(error_message=response.message)
-                    failed.infer_response.id = request.id
-                    failed.infer_response.model_name = request.model_name
-                    failed.infer_response.model_version = request.model_version
-                    failed.infer_response.parameters["triton_final_response"].bool_param = False
-                    out.put_nowait(failed)
+                    out.put_nowait(_stream_failure(request, response.message, final=False))
                     continue
                 if response is None:
                     if not (empty_final is not None and empty_final.bool_param):
@@ -319,12 +325,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
                 out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
         except Exception as exc:
             message = exc.message if isinstance(exc, TurnoutError) else str(exc) or type(exc).__name__
-            failed = pb.ModelStreamInferResponse(error_message=message)
-            failed.infer_response.id = request.id
-            failed.infer_response.model_name = request.model_name
-            failed.infer_response.model_version = request.model_version
-            failed.infer_response.parameters["triton_final_response"].bool_param = True
-            out.put_nowait(failed)
+            out.put_nowait(_stream_failure(request, message, final=True))
         finally:
             out.put_nowait(None)
 
