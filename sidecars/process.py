@@ -117,9 +117,13 @@ async def _start_lane(lane: LaneServer, settings: SidecarSettings, tls: _Tls | N
 def _runtime(settings: SidecarSettings) -> Runtime | None:
     """The framework's runtime. Where this machine cannot run it: with --exit-on-error,
     None after one error line (the sidecar refuses to start); without, a stand-in that
-    lists the framework's models as UNAVAILABLE with the reason."""
+    lists the framework's models as UNAVAILABLE with the reason. Options it refuses: None
+    after one error line."""
     try:
         return runtime_for(settings.framework, settings.backend_config)
+    except ValueError as exc:  # backend-config options that contradict each other
+        log.error("%s", exc)
+        return None
     except RuntimeUnavailable as exc:
         if settings.exit_on_error:
             log.error("%s", exc)

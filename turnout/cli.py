@@ -313,10 +313,12 @@ def _sidecar_tls_arguments(flags: dict[str, Any]) -> list[str]:
 def _bls_gateway_arguments(model_repositories: Sequence[str], flags: dict[str, Any]) -> list[str]:
     """Where python models' BLS requests go: this gateway's gRPC port, on loopback. Only a
     repository with python models needs it; --grpc-port=0 then picks the free port here,
-    since the sidecars start before the gateway binds it."""
+    since the sidecars start before the gateway binds it. Over TLS, BLS trusts
+    --grpc-root-cert (else the server certificate itself, which must then be self-signed)
+    and, under mutual TLS, presents the gateway's own certificate: it is BLS's client."""
     from turnout.scan import models_in
 
-    if not flags["allow_grpc"] or flags.get("grpc_use_ssl") or flags.get("grpc_use_ssl_mutual"):
+    if not flags["allow_grpc"]:
         return []
     if not any(model.framework == "python" for model in models_in(model_repositories).values()):
         return []
@@ -328,7 +330,16 @@ def _bls_gateway_arguments(model_repositories: Sequence[str], flags: dict[str, A
             probe.bind((host, 0))
             flags["grpc_port"] = probe.getsockname()[1]
     address = join_host_port(loopback, flags["grpc_port"])
-    return [f"--backend-config=gateway={address}"]
+    arguments = [f"--backend-config=gateway={address}"]
+    if not (flags.get("grpc_use_ssl") or flags.get("grpc_use_ssl_mutual")):
+        return arguments
+    root, cert, key = (flags.get(name) or "" for name in ("grpc_root_cert", "grpc_server_cert", "grpc_server_key"))
+    if root or cert:  # without either the gateway refuses its flags before it serves
+        arguments.append(f"--backend-config=gateway-root-cert={os.path.abspath(root or cert)}")
+    if flags.get("grpc_use_ssl_mutual") and cert and key:
+        arguments.append(f"--backend-config=gateway-cert={os.path.abspath(cert)}")
+        arguments.append(f"--backend-config=gateway-key={os.path.abspath(key)}")
+    return arguments
 
 
 @click.group(context_settings={"auto_envvar_prefix": "TURNOUT", "help_option_names": HELP_OPTIONS})

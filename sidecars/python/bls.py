@@ -18,21 +18,34 @@ from protos.datatypes import from_name, from_numpy
 from protos.rpc import MESSAGE_SIZE_OPTIONS
 from protos.status import Status, status_from_grpc
 from sidecars.python import backend_utils as pb_utils
+from sidecars.python.channel import GatewayTls
 
 _NO_GATEWAY = (
-    "BLS needs the gateway's gRPC port: `turnout up` passes it to the python sidecar when gRPC is on "
-    "without TLS; a sidecar started alone takes --backend-config gateway=HOST:PORT"
+    "BLS needs the gateway's gRPC port: `turnout up` passes it to the python sidecar when gRPC is on; "
+    "a sidecar started alone takes --backend-config gateway=HOST:PORT (and gateway-root-cert=PEM, "
+    "gateway-cert=PEM, gateway-key=PEM where that port serves TLS)"
 )
 
 
 class BlsClient:
-    def __init__(self, gateway: str) -> None:
+    def __init__(self, gateway: str, tls: GatewayTls | None = None) -> None:
         self._gateway = gateway
+        self._tls = tls
         self._stub: pb_grpc.GRPCInferenceServiceStub | None = None
 
     def _service(self) -> pb_grpc.GRPCInferenceServiceStub:
         if self._stub is None:
-            channel = grpc.insecure_channel(self._gateway, options=MESSAGE_SIZE_OPTIONS)
+            tls = self._tls
+            if tls is None:
+                channel = grpc.insecure_channel(self._gateway, options=MESSAGE_SIZE_OPTIONS)
+            else:
+                credentials = grpc.ssl_channel_credentials(
+                    _read(tls.root_cert), _read(tls.key) if tls.key else None, _read(tls.cert) if tls.cert else None
+                )
+                options: list[tuple[str, int | str]] = list(MESSAGE_SIZE_OPTIONS)
+                if tls.server_name:
+                    options.append(("grpc.ssl_target_name_override", tls.server_name))
+                channel = grpc.secure_channel(self._gateway, credentials, options=options)
             self._stub = pb_grpc.GRPCInferenceServiceStub(channel)
         return self._stub
 
@@ -69,6 +82,11 @@ class BlsClient:
                     return
         except grpc.RpcError as exc:
             yield _failed(status_from_grpc(exc.code()).value, exc.details() or str(exc.code()))
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
 
 
 def _failed(code: str, message: str) -> pb_utils.InferenceResponse:

@@ -68,6 +68,18 @@ class Channel:
 
 
 @dataclass(frozen=True)
+class GatewayTls:
+    """How BLS reaches a gateway that serves gRPC over TLS (PEM file paths): the CA to
+    trust, and for mutual TLS the certificate and key to present; `server_name` stands in
+    for the host BLS dials when checking the gateway's certificate ("" = the host itself)."""
+
+    root_cert: str
+    cert: str = ""
+    key: str = ""
+    server_name: str = ""
+
+
+@dataclass(frozen=True)
 class Setup:
     """What a child needs to run one model instance (or only its auto_complete_config)."""
 
@@ -79,6 +91,7 @@ class Setup:
     config_json: str
     decoupled: bool = False
     gateway: str = ""  # host:port of a gateway's gRPC port, for BLS; "" = none
+    gateway_tls: GatewayTls | None = None  # None: that port serves without TLS
     auto_complete_only: bool = False
 
 

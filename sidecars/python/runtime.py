@@ -28,7 +28,7 @@ from protos.status import Status, TurnoutError, internal, unsupported
 from protos.triton_metrics import Exposition
 from sidecars.backend_checks import require_model_file
 from sidecars.config import model_file
-from sidecars.python.channel import Channel, ChannelClosed, RequestData, ResponseData, Setup
+from sidecars.python.channel import Channel, ChannelClosed, GatewayTls, RequestData, ResponseData, Setup
 from sidecars.python.custom_metrics import CustomMetrics
 from sidecars.python.model_json import config_json, merge_completion, read_config_json
 from sidecars.runtime import Answer, ModelInstance, Tensors
@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 
 # Triton's parameter for a packed conda environment; turnout runs models in its own interpreter.
 EXECUTION_ENV_PATH = "EXECUTION_ENV_PATH"
-# --backend-config gateway=HOST:PORT: the gateway's gRPC port, where BLS requests go.
+# --backend-config gateway=HOST:PORT: the gateway's gRPC port, where BLS requests go; where
+# it serves TLS, gateway-root-cert=PEM (the CA to trust), for mutual TLS gateway-cert=PEM and
+# gateway-key=PEM, and gateway-server-name=NAME where its certificate names another host.
 GATEWAY_OPTION = "gateway"
 _FINALIZE_SECS = 30.0
 _KIND_TEXT = {mc.ModelInstanceGroup.KIND_GPU: "GPU", mc.ModelInstanceGroup.KIND_MODEL: "MODEL"}
@@ -48,10 +50,19 @@ Sink = Callable[[Answer | TurnoutError | None, bool], None]
 
 
 class PythonRuntime:
-    """The `python` framework. Options come from `--backend-config` (`gateway=HOST:PORT`)."""
+    """The `python` framework. Options come from `--backend-config` (`gateway=HOST:PORT`
+    and the gateway-* TLS options above)."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.gateway = options.get(GATEWAY_OPTION, "")
+        cert, key = options.get("gateway-cert", ""), options.get("gateway-key", "")
+        if bool(cert) != bool(key):
+            raise ValueError("--backend-config gateway-cert and gateway-key go together")
+        root = options.get("gateway-root-cert", "")
+        if (cert or options.get("gateway-server-name")) and not root:
+            raise ValueError("--backend-config gateway-cert and gateway-server-name need gateway-root-cert")
+        server_name = options.get("gateway-server-name", "")
+        self.gateway_tls = GatewayTls(root, cert, key, server_name) if root else None
         self.metrics = CustomMetrics()
 
     def gpu_count(self) -> int:
@@ -112,6 +123,7 @@ class PythonRuntime:
                             config_json=text,
                             decoupled=config.model_transaction_policy.decoupled,
                             gateway=self.gateway,
+                            gateway_tls=self.gateway_tls,
                         )
                         instances.append(PythonInstance(setup, config, self.metrics))
         except BaseException:

@@ -105,7 +105,7 @@ class ModelProcess:
         if self._bls is None:
             from sidecars.python.bls import BlsClient
 
-            self._bls = BlsClient(self.setup.gateway)
+            self._bls = BlsClient(self.setup.gateway, self.setup.gateway_tls)
         return self._bls.execute(request, decoupled)
 
     # -- the model -------------------------------------------------------------------------

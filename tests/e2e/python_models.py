@@ -380,9 +380,10 @@ def write_python_models(repo: Path) -> Path:
     return repo
 
 
-def stream_repeat(url: str, values: list[int], **options: Any) -> list[Any]:
+def stream_repeat(url: str, values: list[int], errors_in_band: bool = False, **options: Any) -> list[Any]:
     """A request to `repeat` on a tritonclient gRPC stream (the sync client, which can ask
-    for the empty final response); every answer up to the one marked final."""
+    for the empty final response); every answer up to the one marked final, with
+    `errors_in_band` an error response as its InferenceServerException."""
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     inputs = [grpcclient.InferInput("IN", [len(values)], "INT32")]
     inputs[0].set_data_from_numpy(np.array(values, dtype=np.int32))
@@ -393,6 +394,9 @@ def stream_repeat(url: str, values: list[int], **options: Any) -> list[Any]:
             client.async_stream_infer("repeat", inputs, request_id="s1", **options)
             while True:
                 result, error = answers.get(timeout=30)
+                if errors_in_band and error is not None:
+                    got.append(error)
+                    continue
                 assert error is None, error
                 got.append(result)
                 if result.get_response().parameters["triton_final_response"].bool_param:

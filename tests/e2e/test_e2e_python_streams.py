@@ -4,10 +4,8 @@ gRPC ModelStreamInfer (tritonclient's stream) and over HTTP through the generate
 
 from __future__ import annotations
 
-import asyncio
 import json
 import queue
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,12 +18,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from gateway.upstream import SidecarClient
-from protos import grpc_service_pb2 as pb
-from protos.ready import SIDECAR_READY
-from protos.status import TurnoutError
 from tests.e2e.python_models import stream_repeat, write_python_models
-from tests.fleet.fleet_harness import spawn
 from tests.harness import Server, turnout_up, write_repository
 
 
@@ -165,41 +158,3 @@ def test_a_traced_stream_request_to_a_decoupled_model_streams_too(tmp_path: Path
         got = _stream(traced, [2, 3], enable_empty_final_response=True)
     assert [int(r.as_numpy("OUT")[0]) for r in got[:2]] == [2, 3]
     assert len(got) == 3
-
-
-def test_a_sidecar_without_the_lane_streams_past_an_error_response_too(tmp_path: Path) -> None:
-    # The sidecar's own ModelStreamInfer (what a gateway uses where a sidecar has no lane)
-    # passes the error in-band, not final, as Triton does; the gateway's client reads it so.
-    repo = write_python_models(write_repository(tmp_path / "repo", ("simple",)))
-    command = [sys.executable, "-m", "sidecars", "--framework=python", f"--model-repository={repo}"]
-    command += ["--host=127.0.0.1", "--port=0", "--metrics-port=0", "--exit-timeout-secs=3", "--load-model=repeat"]
-    command += ["--model-control-mode=explicit"]
-    running = spawn(command, SIDECAR_READY)
-    try:
-        address = running.fields["grpc"]
-        request = pb.ModelInferRequest(model_name="repeat", id="g1")
-        request.inputs.add(name="IN", datatype="INT32", shape=[3])
-        request.raw_input_contents.append(np.array([5, 6, 7], dtype=np.int32).tobytes())
-        request.parameters["fail_at"].int64_param = 1
-
-        async def through_the_gateways_client() -> tuple[list[bytes | TurnoutError], bytes]:
-            client = SidecarClient("python", address)  # no lane: its ModelStreamInfer
-            parts: list[bytes | TurnoutError] = []
-            try:
-                last = await client.infer(request.SerializeToString(), responses=parts.append)
-            finally:
-                await client.close()
-            return parts, last
-
-        parts, last = asyncio.run(through_the_gateways_client())
-        assert last == b""  # the final flag came alone
-        first, error, third = parts
-        assert isinstance(first, bytes) and isinstance(third, bytes) and isinstance(error, TurnoutError)
-        assert error.message == "no answer for 6"
-        values = [
-            np.frombuffer(pb.ModelInferResponse.FromString(p).raw_output_contents[0], np.int32)[0]
-            for p in (first, third)
-        ]
-        assert values == [5, 7]
-    finally:
-        running.stop()

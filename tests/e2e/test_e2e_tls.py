@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.e2e.python_models import write_python_models
 from tests.e2e.simple_requests import check_simple, grpc_inputs, http_inputs, simple_arrays
 from tests.harness import ROOT, Server, turnout_up, write_repository
 from tests.pki import Pki
@@ -78,6 +79,28 @@ def test_grpc_server_tls_without_client_certificates(tmp_path: Path, pki: Pki) -
         grpcclient.InferenceServerClient(server.grpc, ssl=True, root_certificates=pki.ca) as client,
     ):
         assert client.is_server_ready()
+
+
+@pytest.mark.parametrize("mode", ["tls", "mutual"])
+def test_bls_reaches_a_gateway_that_serves_grpc_over_tls(tmp_path: Path, pki: Pki, mode: str) -> None:
+    # `turnout up` hands its python sidecar what BLS needs: the CA to trust and, under mutual
+    # TLS, the gateway's own certificate to present.
+    repo = write_python_models(write_repository(tmp_path / "repo", ("simple",)))
+    flags = [f"--grpc-server-cert={pki.server_cert}", f"--grpc-server-key={pki.server_key}"]
+    flags.append(f"--grpc-root-cert={pki.ca}")
+    flags.append("--grpc-use-ssl-mutual=true" if mode == "mutual" else "--grpc-use-ssl=true")
+    a, b = simple_arrays()
+    with (
+        turnout_up(repo, *flags, "--load-model=bls", "--load-model=simple", "--model-control-mode=explicit") as server,
+        grpcclient.InferenceServerClient(
+            server.grpc,
+            ssl=True,
+            root_certificates=pki.ca,
+            private_key=pki.client_key,
+            certificate_chain=pki.client_cert,
+        ) as client,
+    ):
+        check_simple(client.infer("bls", grpc_inputs(a, b), parameters={"target": "simple"}), a, b)
 
 
 def test_up_with_tls_to_its_sidecars(tmp_path: Path, pki: Pki) -> None:

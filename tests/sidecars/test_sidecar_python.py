@@ -5,12 +5,15 @@ gRPC only."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tritonclient.utils import InferenceServerException
 
 from gateway.settings import SidecarAddress
 from tests.e2e.python_models import REPEAT_CONFIG, REPEAT_MODEL, stream_repeat
@@ -34,9 +37,11 @@ async def _stream(url: str, values: list[int], **options: Any) -> list[Any]:
     return await asyncio.to_thread(partial(stream_repeat, url, values, **options))
 
 
-def _summary(results: list[Any]) -> list[tuple[list[int] | None, bool]]:
+def _summary(results: list[Any]) -> list[tuple[list[int] | str | None, bool]]:
     return [
-        (
+        (f"error: {r.message()}", False)
+        if isinstance(r, InferenceServerException)
+        else (
             None if r.as_numpy("OUT") is None else r.as_numpy("OUT").tolist(),
             r.get_response().parameters["triton_final_response"].bool_param,
         )
@@ -56,3 +61,27 @@ async def test_a_gateway_without_the_lane_streams_them_over_grpc(sidecar: Sideca
         assert _summary(got) == [([1], False), ([2], False), ([3], False), (None, True)]
         together = await _stream(gateway.addresses["grpc"], [9], parameters={"final": "together"})
         assert _summary(together) == [([9], True)]
+
+
+async def test_an_error_response_mid_stream_goes_in_band_and_the_stream_goes_on(sidecar: Sidecar) -> None:
+    # As Triton: the error is not final and the responses after it follow, on the sidecar's
+    # own stream and through a gateway that reaches it over gRPC only.
+    expected = [([5], False), ("error: no answer for 6", False), ([7], False), (None, True)]
+    options: dict[str, Any] = {"parameters": {"fail_at": 1}, "enable_empty_final_response": True}
+    assert _summary(await _stream(sidecar.url, [5, 6, 7], errors_in_band=True, **options)) == expected
+    settings = gateway_settings((SidecarAddress("python", sidecar.url, ""),))
+    async with running_gateway(settings) as gateway:
+        got = await _stream(gateway.addresses["grpc"], [5, 6, 7], errors_in_band=True, **options)
+        assert _summary(got) == expected
+
+
+def test_bls_tls_options_that_cannot_work_stop_the_sidecar(tmp_path: Path) -> None:
+    for options, text in (
+        (["gateway-cert=c.pem"], "gateway-cert and gateway-key go together"),
+        (["gateway-cert=c.pem", "gateway-key=k.pem"], "need gateway-root-cert"),
+    ):
+        command = [sys.executable, "-m", "sidecars", "--framework=python", f"--model-repository={tmp_path}"]
+        command += [f"--backend-config={option}" for option in options]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, done.stderr
+        assert text in done.stderr
