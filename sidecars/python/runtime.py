@@ -61,6 +61,9 @@ class PythonRuntime:
         root = options.get("gateway-root-cert", "")
         if (cert or options.get("gateway-server-name")) and not root:
             raise ValueError("--backend-config gateway-cert and gateway-server-name need gateway-root-cert")
+        for name, path in (("gateway-root-cert", root), ("gateway-cert", cert), ("gateway-key", key)):
+            if path and not Path(path).is_file():
+                raise ValueError(f"--backend-config {name}: no file at {path}")
         server_name = options.get("gateway-server-name", "")
         self.gateway_tls = GatewayTls(root, cert, key, server_name) if root else None
         self.metrics = CustomMetrics()

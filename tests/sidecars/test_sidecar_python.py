@@ -79,6 +79,7 @@ def test_bls_tls_options_that_cannot_work_stop_the_sidecar(tmp_path: Path) -> No
     for options, text in (
         (["gateway-cert=c.pem"], "gateway-cert and gateway-key go together"),
         (["gateway-cert=c.pem", "gateway-key=k.pem"], "need gateway-root-cert"),
+        (["gateway-root-cert=missing.pem"], "gateway-root-cert: no file at missing.pem"),
     ):
         command = [sys.executable, "-m", "sidecars", "--framework=python", f"--model-repository={tmp_path}"]
         command += [f"--backend-config={option}" for option in options]
