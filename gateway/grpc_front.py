@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import grpc
@@ -32,7 +33,7 @@ from gateway.tracing.trace import (
 )
 from protos import grpc_service_pb2 as pb
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE, abort_call
-from protos.status import TurnoutError, invalid_arg
+from protos.status import Cause, TurnoutError, invalid_arg
 from protos.wire import length_delimited
 
 logger = logging.getLogger(__name__)
@@ -65,23 +66,24 @@ def stream_response(infer_response: bytes) -> bytes:
     return length_delimited(_INFER_RESPONSE_FIELD, body)
 
 
-def stream_part(answer: bytes | TurnoutError, request: pb.ModelInferRequest) -> bytes:
+def stream_part(answer: bytes | TurnoutError, request_id: str, model: tuple[str, str]) -> bytes:
     """A decoupled model's response with more to follow, as a ModelStreamInferResponse; an
-    error response is its message, as Triton sends it: naming the request's model, version
-    (as the request named it) and id, not final, and the stream goes on."""
+    error response is its message, as Triton sends it: naming the `model` (name, version as
+    the request named them) and the id, not final, and the stream goes on."""
     if isinstance(answer, TurnoutError):
-        return stream_error(answer.message, request.id, request.model_name, request.model_version, final=False)
+        return stream_error(answer.message, request_id, model, final=False)
     return length_delimited(_INFER_RESPONSE_FIELD, answer + _MORE_RESPONSE)
 
 
-def stream_error(
-    message: str, request_id: str, model_name: str = "", model_version: str = "", final: bool = True
-) -> bytes:
+def stream_error(message: str, request_id: str, model: tuple[str, str] = ("", ""), final: bool | None = None) -> bytes:
+    """An error on the stream, worded as Triton words it: the model's error response names
+    the `model` (name, version as the request named it) and the id, `final` when it ends
+    the request; a request refused before it ran (`final` None) carries its id alone."""
     response = pb.ModelStreamInferResponse(error_message=message)
     response.infer_response.id = request_id
-    response.infer_response.model_name = model_name
-    response.infer_response.model_version = model_version
-    response.infer_response.parameters["triton_final_response"].bool_param = final
+    if final is not None:
+        response.infer_response.model_name, response.infer_response.model_version = model
+        response.infer_response.parameters["triton_final_response"].bool_param = final
     serialized: bytes = response.SerializeToString()
     return serialized
 
@@ -151,11 +153,18 @@ def guarded(name: str, gateway: Gateway, handler: Handler, restriction: Restrict
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            await abort_call(context, exc, name, logger)
+            await abort_call(context, _for_clients(exc), name, logger)
 
     call.turnout_guarded = True  # type: ignore[attr-defined]
     call.__qualname__ = f"guarded.{name}"
     return call
+
+
+def _for_clients(error: Exception) -> Exception:
+    """`error` as a client sees it: a cause is for the hop from sidecar to gateway alone."""
+    if isinstance(error, TurnoutError) and error.cause is not None:
+        return TurnoutError(error.status, error.message)
+    return error
 
 
 def guarded_stream(
@@ -174,7 +183,7 @@ def guarded_stream(
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            await abort_call(context, exc, name, logger)
+            await abort_call(context, _for_clients(exc), name, logger)
 
     call.turnout_guarded = True  # type: ignore[attr-defined]
     call.__qualname__ = f"guarded.{name}"
@@ -233,21 +242,25 @@ class InferenceService:
 
         async def one(encoded: bytes) -> None:
             request_id = ""
+            called = ("", "")  # the model and version as the client named them
             try:
                 request = _parse_infer(encoded)
                 request_id = request.id
+                called = (request.model_name, request.model_version)
                 trace = self._gateway.tracer.sample(request.model_name, call_context.headers)
                 if trace is not None:
                     await self._traced_stream_one(request, encoded, replace(call_context, trace=trace), responses)
                     return
                 # A decoupled model's earlier responses join the stream as they come.
-                own = replace(call_context, responses=lambda part: responses.put_nowait(stream_part(part, request)))
+                parts = partial(stream_part, request_id=request_id, model=called)
+                own = replace(call_context, responses=lambda part: responses.put_nowait(parts(part)))
                 answer = await self._gateway.infer(request, encoded, own)
                 if answer or _wants_empty_final(request):
                     answer = answer or _empty_response(request)
                     responses.put_nowait(stream_response(answer))
             except TurnoutError as exc:
-                responses.put_nowait(stream_error(exc.message, request_id))
+                answered = exc.cause is Cause.RESPONSE  # the model's error response, not a refusal
+                responses.put_nowait(stream_error(exc.message, request_id, called, final=True if answered else None))
             except Exception as exc:
                 logger.exception("stream request failed")
                 responses.put_nowait(stream_error(str(exc) or type(exc).__name__, request_id))
@@ -291,7 +304,8 @@ class InferenceService:
         assert trace is not None
         trace.stamp(GRPC_WAITREAD_START)
         trace.stamp(GRPC_WAITREAD_END)
-        own = replace(context, responses=lambda part: responses.put_nowait(stream_part(part, request)))
+        parts = partial(stream_part, request_id=request.id, model=(request.model_name, request.model_version))
+        own = replace(context, responses=lambda part: responses.put_nowait(parts(part)))
         try:
             answer = await self._gateway.infer(request, encoded, own)
         except BaseException:

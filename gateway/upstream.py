@@ -22,7 +22,16 @@ from protos import grpc_service_pb2 as pb
 from protos.lane import LaneClient, LaneMismatch
 from protos.logs import REQUEST_ID
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE
-from protos.status import CAUSE_METADATA, Status, TurnoutError, cause_named, internal, status_from_grpc, unavailable
+from protos.status import (
+    CAUSE_METADATA,
+    Cause,
+    Status,
+    TurnoutError,
+    cause_named,
+    internal,
+    status_from_grpc,
+    unavailable,
+)
 from protos.trace import TRACEPARENT
 
 M = TypeVar("M", bound=Message)
@@ -194,7 +203,10 @@ class SidecarClient:
                 if final is not None and not final.bool_param:  # an error response, more to follow
                     responses(internal(answer.error_message))
                     continue
-                raise internal(answer.error_message)
+                # The model's error response names the model; a refusal of the request does not.
+                raise TurnoutError(
+                    Status.INTERNAL, answer.error_message, Cause.RESPONSE if answer.infer_response.model_name else None
+                )
             payload: bytes = answer.infer_response.SerializeToString()
             if final is not None and final.bool_param:
                 return payload

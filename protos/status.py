@@ -83,6 +83,9 @@ class Cause(enum.Enum):
     message texts); it crosses the hop from sidecar to gateway beside the status."""
 
     UNKNOWN_SEQUENCE = "unknown-sequence"  # a sequence's later request reached a replica that does not hold it
+    # The model answered with an error (Triton's error response), where other errors refuse
+    # the request before it runs: on a gRPC stream Triton words the two differently.
+    RESPONSE = "response"
 
 
 # The gRPC trailing metadata key that carries a Cause (the lane has its own field).

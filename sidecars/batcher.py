@@ -17,14 +17,18 @@ import numpy as np
 
 from protos import model_config_pb2 as mc
 from protos.statistics import BatchTimes, VersionStatistics
-from protos.status import TurnoutError, internal, unavailable
+from protos.status import Cause, Status, TurnoutError, internal, unavailable
 from sidecars.batch_rules import BatchRules, Candidate, Plan
 from sidecars.runtime import ModelInstance, RequestInstance
 from sidecars.validation import ValidRequest
 
 
 class BackendFailure(TurnoutError):
-    """The framework failed to execute a batch (Triton's failure reason BACKEND)."""
+    """The framework failed to execute a batch (Triton's failure reason BACKEND): the
+    request's answer is an error response (Cause.RESPONSE)."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(status, message, Cause.RESPONSE)
 
     @classmethod
     def of(cls, exc: Exception) -> BackendFailure:

@@ -18,7 +18,7 @@ from protos import grpc_service_pb2_grpc as pb_grpc
 from protos.identity import SIDECAR_EXTENSIONS, server_metadata
 from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_response, log_updates
 from protos.rpc import METHODS, abort_call
-from protos.status import TurnoutError, invalid_arg, not_found, unavailable, unsupported
+from protos.status import Cause, TurnoutError, invalid_arg, not_found, unavailable, unsupported
 from protos.trace import TRACE_PARAMETER, timestamps_text
 from sidecars.batcher import BackendFailure, Result
 from sidecars.config import parse_override, poll_failure
@@ -54,14 +54,16 @@ def rpc(
     return wrapper
 
 
-def _stream_failure(request: pb.ModelInferRequest, message: str, final: bool) -> pb.ModelStreamInferResponse:
-    """An error on ModelStreamInfer, in-band as Triton sends it: naming the request's model,
-    version and id; `final` when it ends the request."""
+def _stream_failure(request: pb.ModelInferRequest, message: str, final: bool | None) -> pb.ModelStreamInferResponse:
+    """An error on ModelStreamInfer, in-band as Triton sends it. The model's error response
+    names the request's model, version and id, `final` when it ends the request; a request
+    refused before it ran (`final` None) carries its id alone."""
     failed = pb.ModelStreamInferResponse(error_message=message)
     failed.infer_response.id = request.id
-    failed.infer_response.model_name = request.model_name
-    failed.infer_response.model_version = request.model_version
-    failed.infer_response.parameters["triton_final_response"].bool_param = final
+    if final is not None:
+        failed.infer_response.model_name = request.model_name
+        failed.infer_response.model_version = request.model_version
+        failed.infer_response.parameters["triton_final_response"].bool_param = final
     return failed
 
 
@@ -224,7 +226,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
                 answer, last = await answers.get()
                 if isinstance(answer, TurnoutError):
                     if last:
-                        raise answer
+                        raise BackendFailure(answer.status, answer.message)  # the model's last answer
                     yield answer, False  # an error response: the request goes on, as in Triton
                     continue
                 if answer is None:
@@ -325,7 +327,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
                 out.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
         except Exception as exc:
             message = exc.message if isinstance(exc, TurnoutError) else str(exc) or type(exc).__name__
-            out.put_nowait(_stream_failure(request, message, final=True))
+            answered = isinstance(exc, TurnoutError) and exc.cause is Cause.RESPONSE
+            out.put_nowait(_stream_failure(request, message, final=True if answered else None))
         finally:
             out.put_nowait(None)
 

@@ -158,3 +158,37 @@ def test_a_traced_stream_request_to_a_decoupled_model_streams_too(tmp_path: Path
         got = _stream(traced, [2, 3], enable_empty_final_response=True)
     assert [int(r.as_numpy("OUT")[0]) for r in got[:2]] == [2, 3]
     assert len(got) == 3
+
+
+def _stream_request(model: str, request_id: str, name: str = "IN", **parameters: str) -> Any:
+    request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    request.inputs.add(name=name, datatype="INT32", shape=[1])
+    request.raw_input_contents.append(np.array([1], dtype=np.int32).tobytes())
+    for key, value in parameters.items():
+        request.parameters[key].string_param = value
+    return request
+
+
+def test_stream_errors_are_worded_as_triton_words_them(up: Server) -> None:
+    # As Triton 2.51: the model's error response names the model and is final; a request
+    # refused before it ran carries its id alone.
+    requests = [
+        _stream_request("misbehaving", "answered", mode="error"),
+        _stream_request("misbehaving", "refused", name="WRONG"),
+        _stream_request("nope", "unknown"),
+    ]
+    with grpc.insecure_channel(up.grpc) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        messages = {m.infer_response.id: m for m in stub.ModelStreamInfer(iter(requests))}
+        answered = messages["answered"]
+        assert answered.error_message == "bad input on purpose"
+        assert answered.infer_response.model_name == "misbehaving"
+        assert answered.infer_response.parameters["triton_final_response"].bool_param is True
+        for refused, text in (("refused", "unexpected inference input 'WRONG'"), ("unknown", "unknown model")):
+            assert text in messages[refused].error_message
+            assert messages[refused].infer_response == service_pb2.ModelInferResponse(id=refused)
+        # On ModelInfer the error reaches the client as Triton's status and text alone.
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.ModelInfer(_stream_request("misbehaving", "unary", mode="error"))
+        assert caught.value.details() == "bad input on purpose"
+        assert not [key for key, _ in caught.value.trailing_metadata() or () if key.startswith("turnout")]

@@ -72,8 +72,10 @@ async def test_stream_answers_each_request_and_keeps_errors_in_band(sidecars) ->
         assert set(by_id) == {"a", "b", "c"}
         assert by_id["b"].error_message == "Request for unknown model: 'nope' is not found"
         assert by_id["a"].error_message == "" and len(by_id["a"].infer_response.raw_output_contents) == 2
-        for response in responses:
-            assert response.infer_response.parameters["triton_final_response"].bool_param
+        for answered in ("a", "c"):
+            assert by_id[answered].infer_response.parameters["triton_final_response"].bool_param
+        # As Triton words a request refused before it ran: its id alone, no final flag.
+        assert by_id["b"].infer_response == pb.ModelInferResponse(id="b")
 
 
 async def test_repository_index_statistics_and_load(sidecars) -> None:

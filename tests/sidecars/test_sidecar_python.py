@@ -12,10 +12,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from tritonclient.utils import InferenceServerException
 
 from gateway.settings import SidecarAddress
+from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc as pb_grpc
 from tests.e2e.python_models import REPEAT_CONFIG, REPEAT_MODEL, stream_repeat
 from tests.gateway.gateway_harness import gateway_settings, running_gateway
 from tests.sidecars.sidecar_harness import Sidecar, running
@@ -86,3 +89,18 @@ def test_bls_tls_options_that_cannot_work_stop_the_sidecar(tmp_path: Path) -> No
         done = subprocess.run(command, capture_output=True, text=True, timeout=60)
         assert done.returncode == 1, done.stderr
         assert text in done.stderr
+
+
+async def test_a_refused_stream_request_carries_its_id_alone(sidecar: Sidecar) -> None:
+    # As Triton: a request refused before it ran is no response of the model's.
+    request = pb.ModelInferRequest(model_name="repeat", id="r9")
+    request.inputs.add(name="WRONG", datatype="INT32", shape=[1])
+    request.raw_input_contents.append(b"\0\0\0\0")
+
+    def call() -> list[pb.ModelStreamInferResponse]:
+        with grpc.insecure_channel(sidecar.url) as channel:
+            return list(pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([request])))
+
+    [refused] = await asyncio.to_thread(call)
+    assert refused.error_message == "unexpected inference input 'WRONG' for model 'repeat'"
+    assert refused.infer_response == pb.ModelInferResponse(id="r9")
