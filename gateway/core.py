@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from google.protobuf.message import Message
+
 from gateway.context import NO_CONTEXT, RequestContext
 from gateway.ensemble import ENSEMBLE_FRAMEWORK, Ensembles
 from gateway.fleet import combine_indexes, combine_statistics, on_replicas
@@ -59,6 +61,8 @@ from protos.status import Status, TurnoutError, invalid_arg, not_found, unavaila
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
+Asked = TypeVar("Asked", pb.ModelMetadataRequest, pb.ModelConfigRequest)  # named by model and version
 
 SERVER_EXITING = "Server exiting"
 LOAD_NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
@@ -158,28 +162,26 @@ class Gateway:
     def server_metadata(self) -> pb.ServerMetadataResponse:
         return self._metadata
 
-    async def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+    async def _ask_owner(self, method: str, request: Asked, response_type: type[M]) -> tuple[M, bool]:
+        """`method` answered by the sidecar serving the model `request` names, and whether
+        an experiment's arm answered for that name (the request then asks the arm that
+        stands for it, and the caller puts the called name back)."""
         front = self._dispatcher.experiments.front(request.name, request.version)
         if front is None:
             client = await self._owner(request.name)
-            return await client.call("ModelMetadata", request, pb.ModelMetadataResponse)
-        # An experiment's called name answers with the arm that stands for it.
+            return await client.call(method, request, response_type), False
         served, version = front
         client = await self._owner(served)
-        asked = pb.ModelMetadataRequest(name=served, version=version)
-        answer = await client.call("ModelMetadata", asked, pb.ModelMetadataResponse)
-        return self._dispatcher.experiments.as_called(answer, request.name, request.version)
+        return await client.call(method, type(request)(name=served, version=version), response_type), True
+
+    async def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+        answer, fronted = await self._ask_owner("ModelMetadata", request, pb.ModelMetadataResponse)
+        return self._dispatcher.experiments.as_called(answer, request.name, request.version) if fronted else answer
 
     async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
-        front = self._dispatcher.experiments.front(request.name, request.version)
-        if front is None:
-            client = await self._owner(request.name)
-            return await client.call("ModelConfig", request, pb.ModelConfigResponse)
-        served, version = front
-        client = await self._owner(served)
-        config_request = pb.ModelConfigRequest(name=served, version=version)
-        answer = await client.call("ModelConfig", config_request, pb.ModelConfigResponse)
-        answer.config.name = request.name
+        answer, fronted = await self._ask_owner("ModelConfig", request, pb.ModelConfigResponse)
+        if fronted:
+            answer.config.name = request.name
         return answer
 
     # --- inference ----------------------------------------------------------------

@@ -25,11 +25,6 @@ from tests.pki import Pki
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return Pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
 def mutual(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Server]:
     repo = write_repository(tmp_path_factory.mktemp("repo_tls"), ("simple",))
     with turnout_up(

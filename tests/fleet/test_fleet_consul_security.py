@@ -110,11 +110,6 @@ def test_sidecar_refused_says_so_on_every_attempt(
         assert "unreachable" not in one.output() and tokens["sidecar"] not in one.output()
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return Pki(tmp_path_factory.mktemp("consul_pki"))
-
-
 @pytest.mark.parametrize("verify_incoming", [False, True], ids=["ca", "client-cert"])
 def test_registration_and_discovery_over_https(
     verify_incoming: bool, pki: Pki, fleet_repository: Path, tmp_path: Path

@@ -101,16 +101,6 @@ class FakeLane:
         self._loop.close()
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return Pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def other_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return Pki(tmp_path_factory.mktemp("other_pki"))
-
-
 def _sidecar(repository: Path, *flags: str) -> Process:
     command = [sys.executable, "-m", "sidecars", "--framework=onnxruntime", f"--model-repository={repository}"]
     return spawn([*command, "--lane=tcp", "--exit-timeout-secs=3", *flags], SIDECAR_READY)

@@ -28,16 +28,6 @@ from tests.pki import Pki
 PROMPT_SECS = 10.0
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return Pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def other_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return Pki(tmp_path_factory.mktemp("other_pki"))
-
-
 def _inputs(module: Any) -> list[Any]:
     data = np.arange(16, dtype=np.int32).reshape(1, 16)
     inputs = [module.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
