@@ -343,11 +343,14 @@ async def _first_exit(workers: Sequence[_Worker]) -> _Worker:
 class WorkerMetrics:
     """The metrics port of a gateway with workers: each worker's own families (what it
     counted), summed, and the fleet's Triton families once, from the first worker that
-    answers."""
+    answers. Each worker remembers departed replicas on its own, so two workers' fleet
+    views can differ by a little; counters never go back when the answering worker
+    changes (`FleetHighWater`)."""
 
     def __init__(self, workers: Sequence[_Worker], timeout: float = 2.0) -> None:
         self._workers = workers
         self._http = httpx.AsyncClient(timeout=timeout)
+        self._fleet = FleetHighWater()
 
     async def render(self) -> bytes:
         answers = await asyncio.gather(
@@ -363,12 +366,46 @@ class WorkerMetrics:
             with contextlib.suppress(httpx.HTTPError):
                 fleet = await self._http.get(f"http://{worker.metrics}{FLEET_PATH}")
                 if fleet.status_code == 200:
-                    texts.append(fleet.text)
+                    texts.append(self._fleet.hold(fleet.text))
                     break
         return sum_expositions(texts).encode()
 
     async def close(self) -> None:
         await self._http.aclose()
+
+
+class FleetHighWater:
+    """The largest value each counter sample of the fleet's exposition has shown. A
+    scrape answered by another worker than the last may count a departed replica's past
+    a little lower; Prometheus would read that as a counter reset and count the whole
+    total again in rate(), so such a sample shows its largest value instead."""
+
+    def __init__(self) -> None:
+        self._marks: dict[str, float] = {}
+
+    def hold(self, text: str) -> str:
+        lines = text.splitlines()
+        kind = ""
+        for index, line in enumerate(lines):
+            if line.startswith("# TYPE "):
+                kind = line.split(maxsplit=3)[3]
+            elif line and not line.startswith("#") and _monotonic(kind, line):
+                key, _, value = line.rpartition(" ")
+                number = float(value)
+                mark = self._marks.get(key)
+                if mark is not None and number < mark:
+                    lines[index] = f"{key} {_number(mark)}"
+                else:
+                    self._marks[key] = number
+        return "\n".join(lines) + "\n"
+
+
+def _monotonic(kind: str, sample: str) -> bool:
+    """Whether a sample only grows: a counter's, a histogram's, and a summary's count and
+    sum (its quantiles move both ways)."""
+    if kind == "summary":
+        return "quantile=" not in sample
+    return kind in ("counter", "histogram")
 
 
 def sum_expositions(texts: Sequence[str]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.workers import sum_expositions
+from gateway.workers import FleetHighWater, sum_expositions
 
 
 def _worker(requests: int, replicas: int, seconds: list[float]) -> str:
@@ -52,3 +52,28 @@ def test_each_family_is_declared_once_and_in_the_order_first_seen() -> None:
     declared = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
     assert declared[0] == "nv_inference_count" and len(declared) == len(set(declared))
     assert 'nv_inference_count{model="m",version="1"} 10.0\n' in text
+
+
+def test_fleet_counters_never_go_back_when_another_worker_answers() -> None:
+    def fleet(count: float, quantile: float, queue: float) -> str:
+        return "\n".join(
+            [
+                "# TYPE nv_inference_count counter",
+                f'nv_inference_count{{model="m",version="1"}} {count}',
+                "# TYPE nv_inference_request_summary_us summary",
+                f'nv_inference_request_summary_us{{model="m",quantile="0.5"}} {quantile}',
+                f'nv_inference_request_summary_us_count{{model="m"}} {count}',
+                "# TYPE nv_inference_pending_request_count gauge",
+                f'nv_inference_pending_request_count{{model="m"}} {queue}',
+            ]
+        )
+
+    high_water = FleetHighWater()
+    high_water.hold(fleet(10, 900, 4))  # worker 0 answers
+    held = _samples(high_water.hold(fleet(8, 300, 1)))  # worker 1, which missed a departed replica
+    assert held[("nv_inference_count_total", (("model", "m"), ("version", "1")))] == 10
+    assert held[("nv_inference_request_summary_us_count", (("model", "m"),))] == 10
+    assert held[("nv_inference_request_summary_us", (("model", "m"), ("quantile", "0.5")))] == 300
+    assert held[("nv_inference_pending_request_count", (("model", "m"),))] == 1
+    grown = _samples(high_water.hold(fleet(12, 300, 1)))
+    assert grown[("nv_inference_count_total", (("model", "m"), ("version", "1")))] == 12
