@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
 
-from protos.status import invalid_arg
+from protos.status import invalid_arg, unsupported
 from protos.wire import length_delimited
 
 # The request being served in this task ("" outside one); set by the gateway per
@@ -111,8 +111,8 @@ class LogOptions(Protocol):
 @dataclass
 class LogSettings:
     """Triton's log settings, applied to the Python loggers of this process. With a
-    `log_file`, lines go to that file (appended) instead of the console, as Triton's
-    `--log-file`; setting it live moves them there, setting "" brings them back."""
+    `log_file` (`--log-file`, fixed once started, as in Triton), lines go to that file
+    (appended) instead of the console."""
 
     log_file: str = ""
     log_info: bool = True
@@ -146,22 +146,10 @@ class LogSettings:
         return {key: getattr(self, key) for key in self._TYPES}
 
     def update(self, updates: Mapping[str, LogValue]) -> dict[str, LogValue]:
+        """Apply settings read by `log_updates` (or the HTTP front's reader), all or none."""
         for key, value in updates.items():
-            expected = self._TYPES.get(key)
-            if expected is None:
-                raise invalid_arg(f"Unknown logging setting '{key}'")
-            if type(value) is not expected:
-                kind = {bool: "a boolean", int: "an unsigned integer", str: "a string"}[expected]
-                raise invalid_arg(f"expect '{key}' to be {kind}")
-            if key == "log_file" and value and value != self.log_file:
-                try:
-                    open(str(value), "a").close()  # refuse a file we cannot write before changing anything
-                except OSError as exc:
-                    raise invalid_arg(f"failed to open log file '{value}': {exc.strerror}") from exc
-            if key == "log_format" and value not in LOG_FORMATS:
-                raise invalid_arg(f"invalid argument for log_format, got: {value}")
-            if key == "log_verbose_level" and isinstance(value, int) and value < 0:
-                raise invalid_arg("expect 'log_verbose_level' to be an unsigned integer")
+            if key == "log_file" or type(value) is not self._TYPES.get(key):
+                raise invalid_arg(f"cannot set logging setting '{key}' to {value!r}")
         for key, value in updates.items():
             setattr(self, key, value)
         self.apply()
@@ -224,14 +212,35 @@ class _LogFileHandler(logging.FileHandler):
         self.console = console
 
 
+# The settings a client may change, in the order Triton reads them, with the value kind
+# each must have. The log file is set at start only (--log-file), as in Triton.
+_CHANGEABLE = (
+    ("log_info", "bool_param", "boolean"),
+    ("log_warning", "bool_param", "boolean"),
+    ("log_error", "bool_param", "boolean"),
+    ("log_verbose_level", "uint32_param", "int32"),
+    ("log_format", "string_param", "string"),
+)
+LOG_FILE_FIXED = "log file location can not be updated through network protocol"
+
+
 def log_updates(request: object) -> dict[str, LogValue]:
-    """A LogSettingsRequest's settings as plain values."""
+    """A LogSettingsRequest's settings as plain values, refused as Triton's gRPC front
+    refuses them: the log file at all, a value of the wrong kind, an unknown format.
+    Other names are ignored."""
+    settings = request.settings  # type: ignore[attr-defined]
+    if "log_file" in settings:
+        raise unsupported(LOG_FILE_FIXED)
     updates: dict[str, LogValue] = {}
-    for key, value in request.settings.items():  # type: ignore[attr-defined]
-        choice = value.WhichOneof("parameter_choice")
-        if choice is None:
-            raise invalid_arg(f"no value given for logging setting '{key}'")
+    for key, choice, kind in _CHANGEABLE:
+        if key not in settings:
+            continue
+        value = settings[key]
+        if value.WhichOneof("parameter_choice") != choice:
+            raise invalid_arg(f"expect {kind} for '{key}'")
         updates[key] = getattr(value, choice)
+    if "log_format" in updates and updates["log_format"] not in LOG_FORMATS:
+        raise invalid_arg(f"invalid argument for log_format, got: {updates['log_format']}")
     return updates
 
 

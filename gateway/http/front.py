@@ -448,20 +448,26 @@ class HttpFront:
         _need(request, "POST")
         if repository:
             raise unsupported("'repository_name' specification is not supported")
+        if model is not None and action == "unload":
+            limit = self._settings.http_max_input_size
+            body = await _read(request, limit, None, partial(json_too_large, limit=limit))
+            try:
+                document = parse_json(body) if body.strip() else None
+            except TurnoutError:
+                document = None  # Triton's unload goes on without a body it cannot parse
+            await self._gateway.unload_model(messages.unload_request(model, document))
+            return _empty()
         document = await self._document(request)
         if model is None:
             index = RepositoryIndexRequest()
             if isinstance(document, dict) and "ready" in document:
                 ready = document["ready"]
                 if type(ready) is not bool:
-                    raise internal("Unable to parse 'ready': attempt to access JSON non-boolean as boolean")
+                    raise internal("attempt to access JSON non-boolean as boolean")
                 index.ready = ready
             response = await self._gateway.repository_index(index)
             return _json(messages.repository_index(response))
-        if action == "load":
-            await self._gateway.load_model(messages.load_request(model, document))
-        else:
-            await self._gateway.unload_model(messages.unload_request(model, document))
+        await self._gateway.load_model(messages.load_request(model, document))
         return _empty()
 
     # --- shared memory ---

@@ -14,20 +14,27 @@ from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME
-from protos.status import invalid_arg
+from protos.status import internal, invalid_arg
 
 
 def generate_request(document: Any, name: str, version: str, config: mc.ModelConfig) -> pb.ModelInferRequest:
+    # Triton's texts and statuses: a TritonJson accessor's failure is INTERNAL.
     if not isinstance(document, dict):
-        raise invalid_arg("generate request body must be a JSON object")
+        raise internal("attempt to get members for non-object")
     request = pb.ModelInferRequest(model_name=name, model_version=version)
+    if "id" in document:  # read before the rest
+        if not isinstance(document["id"], str):
+            raise internal("Unable to parse 'id': attempt to access JSON non-string as string")
+        request.id = document["id"]
     inputs = {tensor.name: tensor for tensor in config.input}
     for key, value in document.items():
         if key == "id":
-            request.id = str(value)
-        elif key == "parameters":
+            continue
+        if key == "parameters":
             if not isinstance(value, dict):
-                raise invalid_arg("generate request 'parameters' must be a JSON object")
+                raise internal(
+                    "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object as object"
+                )
             for parameter, setting in value.items():
                 _set_parameter(request, parameter, setting)
         elif key in inputs:

@@ -30,8 +30,9 @@ from protos.grpc_service_pb2 import (
     TraceSettingRequest,
     TraceSettingResponse,
 )
+from protos.logs import LOG_FILE_FIXED, LOG_FORMATS
 from protos.model_config_pb2 import ModelConfig
-from protos.status import internal, invalid_arg
+from protos.status import internal, invalid_arg, unavailable, unsupported
 
 _INT64_TYPES = frozenset(
     {
@@ -185,54 +186,42 @@ def cuda_shm_register(name: str, document: Any) -> CudaSharedMemoryRegisterReque
 
 
 def load_request(model_name: str, document: Any) -> RepositoryModelLoadRequest:
-    """Load parameters: "config" stays a string, "file:<path>" is base64-decoded to
-    bytes_param; anything else passes on with its JSON type so the sidecar can reject it."""
+    """Load parameters as Triton's HTTP front reads them: each value a string, "config"
+    kept as it is and "file:<path>" base64-decoded to bytes_param; any other name is
+    refused there, before the load (its texts, INTERNAL)."""
     request = RepositoryModelLoadRequest(model_name=model_name)
     for key, value in _parameters(document).items():
-        if key.startswith("file:"):
-            if not isinstance(value, str):
-                raise invalid_arg(f"file parameter '{key}' must be a base64 string")
+        if not isinstance(value, str):
+            raise internal("attempt to access JSON non-string as string")
+        if key == "config":
+            request.parameters[key].string_param = value
+        elif key.startswith("file:"):
             try:
                 request.parameters[key].bytes_param = base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError):
                 raise invalid_arg(f"Failed to decode base64 content of file '{key}'") from None
         else:
-            _set_repository_parameter(request.parameters[key], value)
+            raise internal("unexpected error on creating Triton parameter")
     return request
 
 
 def _parameters(document: Any) -> dict[str, Any]:
-    """A repository request's "parameters" object ({} when it has none)."""
-    params = _object(document).get("parameters")
-    if params is None:
+    """A load request's "parameters" object ({} when it has none)."""
+    if not isinstance(document, dict) or "parameters" not in document:
         return {}
+    params = document["parameters"]
     if not isinstance(params, dict):
-        raise internal("attempt to access JSON non-object as object")
+        raise internal("attempt to get members for non-object")
     return params
 
 
-def _set_repository_parameter(param: Any, value: Any) -> None:
-    """A load/unload parameter other than the ones the API names: kept as its JSON type,
-    so the sidecar can refuse it with Triton's text."""
-    if isinstance(value, str):
-        param.string_param = value
-    elif isinstance(value, bool):
-        param.bool_param = value
-    elif isinstance(value, int):
-        param.int64_param = value
-    else:
-        param.string_param = str(value)
-
-
 def unload_request(model_name: str, document: Any) -> RepositoryModelUnloadRequest:
+    """As Triton's HTTP front: only a boolean `unload_dependents` counts; a body it cannot
+    read, or another value, unloads the model alone (Triton drops that error)."""
     request = RepositoryModelUnloadRequest(model_name=model_name)
-    for key, value in _parameters(document).items():
-        if key == "unload_dependents":
-            if type(value) is not bool:
-                raise internal("Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean")
-            request.parameters[key].bool_param = value
-        else:
-            _set_repository_parameter(request.parameters[key], value)
+    params = document.get("parameters") if isinstance(document, dict) else None
+    if isinstance(params, dict) and type(params.get("unload_dependents")) is bool:
+        request.parameters["unload_dependents"].bool_param = params["unload_dependents"]
     return request
 
 
@@ -277,18 +266,34 @@ def trace_settings(response: TraceSettingResponse) -> dict[str, Any]:
 
 
 def log_request(document: Any) -> LogSettingsRequest:
+    """A logging update as Triton's HTTP front reads it: a null value changes nothing,
+    the log file cannot change, a value of the wrong JSON kind is INTERNAL in TritonJson's
+    words, an unknown format UNAVAILABLE; other names are ignored."""
     request = LogSettingsRequest()
-    for key, value in _object(document).items():
-        setting = request.settings[key]
-        if isinstance(value, bool):
-            setting.bool_param = value
-        elif isinstance(value, int) and 0 <= value < 2**32:
-            setting.uint32_param = value
-        elif isinstance(value, str):
-            setting.string_param = value
-        else:
-            raise invalid_arg(f"Expect a bool, unsigned integer or string value for log setting '{key}'")
+    if not isinstance(document, dict):
+        return request
+    if document.get("log_file") is not None:
+        raise unsupported(LOG_FILE_FIXED)
+    for key in ("log_info", "log_warning", "log_error"):
+        if document.get(key) is not None:
+            request.settings[key].bool_param = _as(document[key], bool, "boolean")
+    verbose = document.get("log_verbose_level")
+    if verbose is not None:
+        if type(verbose) is not int or not 0 <= verbose < 2**64:
+            raise internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        request.settings["log_verbose_level"].uint32_param = verbose % 2**32  # Triton keeps an int32 of it
+    log_format = document.get("log_format")
+    if log_format is not None:
+        if _as(log_format, str, "string") not in LOG_FORMATS:
+            raise unavailable(f"invalid argument for --log_format, got: {log_format}")
+        request.settings["log_format"].string_param = log_format
     return request
+
+
+def _as(value: Any, kind: type, name: str) -> Any:
+    if type(value) is not kind:
+        raise internal(f"attempt to access JSON non-{name} as {name}")
+    return value
 
 
 def log_settings(response: LogSettingsResponse) -> dict[str, Any]:

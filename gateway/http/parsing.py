@@ -87,9 +87,10 @@ class OutputRendering:
 
 
 def header_length(value: str | None, content_length: int) -> int | None:
-    """The JSON length from `Inference-Header-Content-Length` (None when absent: all JSON)."""
+    """The JSON length from `Inference-Header-Content-Length` (None when absent: all JSON).
+    As in Triton, a body with neither header nor content is the raw binary form (0)."""
     if value is None:
-        return None
+        return None if content_length else 0
     try:
         parsed = int(value.strip())
     except ValueError:
@@ -115,8 +116,8 @@ def parse_infer_request(
     """
     json_end = len(body) if json_length is None else json_length
     document = parse_json(body if json_end == len(body) else memoryview(body)[:json_end])
-    if not isinstance(document, dict):
-        raise internal("Unable to parse 'inputs': attempt to access JSON non-object as object")
+    if not isinstance(document, dict):  # TritonJson finds no member in it: 'inputs' is the first it must have
+        raise _missing("inputs")
 
     request = ModelInferRequest(model_name=model_name, model_version=model_version)
     if "id" in document:
@@ -171,7 +172,7 @@ def _element_count(shape: Sequence[int]) -> int:
 
 def _parse_request_parameters(value: Any, request: ModelInferRequest, rendering: OutputRendering) -> None:
     if not isinstance(value, dict):
-        raise internal("failed to get request params.")
+        raise internal("failed to get request params.: attempt to get members for non-object")
     params = request.parameters
     for key, item in value.items():
         if key == "sequence_id":
@@ -321,11 +322,15 @@ _NOT_A = "attempt to access JSON non-{0} as {0}"
 # Per datatype kind: what a JSON scalar must be, and Triton's text when it is not.
 _SCALARS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "BOOL": (lambda v: type(v) is bool, "Unable to parse 'data': " + _NOT_A.format("boolean")),
+    # rapidjson's Uint64 and Int64: a JSON integer past them is not one.
     "UINT": (
-        lambda v: type(v) is int and v >= 0,
+        lambda v: type(v) is int and 0 <= v <= _UINT64_MAX,
         "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer",
     ),
-    "INT": (lambda v: type(v) is int, "Unable to parse 'data': " + _NOT_A.format("signed-integer")),
+    "INT": (
+        lambda v: type(v) is int and -_INT64_MAX - 1 <= v <= _INT64_MAX,
+        "Unable to parse 'data': " + _NOT_A.format("signed-integer"),
+    ),
     "FP": (
         lambda v: type(v) is float or type(v) is int,
         "Unable to parse 'data': attempt to access JSON non-number as double",
@@ -404,10 +409,19 @@ def _json_to_raw(data: list[Any], name: str, datatype: str, count: int, max_inpu
     flat = _flatten(data, dtype.name, count)
     if len(flat) != count:
         raise internal(_SHAPE_MISMATCH)
-    try:
+    wide = _WIDE.get(dtype.name)
+    if wide is not None:
+        # Triton reads every integer as 64 bits and casts it to the datatype: past its
+        # range a value wraps, as in C.
+        return np.asarray(flat, dtype=wide).astype(dtype.numpy).tobytes()
+    with np.errstate(over="ignore"):  # a double past FP32's range is inf, as C's cast makes it
         return np.asarray(flat, dtype=dtype.numpy).tobytes()
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise internal(f"Unable to parse 'data': {exc}") from exc
+
+
+_WIDE = {
+    **dict.fromkeys(("INT8", "INT16", "INT32"), np.int64),
+    **dict.fromkeys(("UINT8", "UINT16", "UINT32"), np.uint64),
+}
 
 
 def _check_json_size(name: str, byte_size: int, max_input_size: int) -> None:

@@ -1,6 +1,6 @@
 """Logs at the default level: a failing request is logged by the gateway and by the
 sidecar under one request id (the gateway's own when the client sent none), and
-`--log-file` sends both processes' lines to a file that the logging settings move live."""
+`--log-file` sends both processes' lines to a file that, as in Triton, no client can move."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -52,7 +53,7 @@ def test_a_failing_request_is_logged_in_both_processes_under_one_id(repo: Path) 
         assert all(d["level"] in ("INFO", "WARNING") for d in server.json_lines() if d.get("request_id"))
 
 
-def test_log_file_takes_both_processes_lines_and_moves_live(repo: Path, tmp_path: Path) -> None:
+def test_log_file_takes_both_processes_lines_and_no_client_moves_it(repo: Path, tmp_path: Path) -> None:
     first, second = tmp_path / "first.log", tmp_path / "second.log"
 
     def both_wrote(path: Path, request_id: str) -> bool:
@@ -65,19 +66,21 @@ def test_log_file_takes_both_processes_lines_and_moves_live(repo: Path, tmp_path
         assert eventually(lambda: both_wrote(first, "to-first")), first.read_text()[-2000:]
         assert not any("to-first" in line for line in server.lines)
 
+        fixed = "log file location can not be updated through network protocol"
         with httpclient.InferenceServerClient(server.http) as client:
-            assert client.update_log_settings({"log_file": str(second)})["log_file"] == str(second)
-            _fail(server, "to-second")
-            assert eventually(lambda: both_wrote(second, "to-second")), second.read_text()[-2000:]
-            assert "to-second" not in first.read_text()
-
-            with pytest.raises(InferenceServerException, match="failed to open log file"):
-                client.update_log_settings({"log_file": str(tmp_path / "missing" / "x.log")})
-
-            assert client.update_log_settings({"log_file": ""})["log_file"] == ""
-            _fail(server, "to-console")
-            assert eventually(lambda: sum("[request id: to-console]" in line for line in server.lines) >= 2)
-        assert "to-console" not in second.read_text()
+            with pytest.raises(InferenceServerException, match=fixed) as refused:
+                client.update_log_settings({"log_file": str(second), "log_verbose_level": 1})
+            assert refused.value.status() == "501"
+            after = client.get_log_settings()
+            assert (after["log_file"], after["log_verbose_level"]) == (str(first), 0)  # nothing of it applied
+            assert client.update_log_settings({"log_file": None})["log_file"] == str(first)  # null: no change
+        with grpcclient.InferenceServerClient(server.grpc) as rpc:
+            with pytest.raises(InferenceServerException, match=fixed) as refused:
+                rpc.update_log_settings({"log_file": ""})
+            assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
+        _fail(server, "still-first")
+        assert eventually(lambda: both_wrote(first, "still-first")), first.read_text()[-2000:]
+        assert not second.exists()
 
 
 def test_the_supervisors_lines_take_the_chosen_format_and_scrapes_log_nothing(repo: Path) -> None:

@@ -125,6 +125,14 @@ def test_raw_binary_to_a_model_of_two_inputs(raw_server: Server) -> None:
     assert (response.status_code, response.json()) == (400, {"error": UNKNOWN_ID + text})
 
 
+def test_an_empty_body_is_the_raw_form(raw_server: Server) -> None:
+    """With no Inference-Header-Content-Length, Triton takes the body's length for the
+    header's: an empty body is a raw request of no bytes, not an empty JSON document."""
+    response = httpx.post(f"http://{raw_server.http}/v2/models/simple/infer", content=b"", timeout=10)
+    text = "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'simple' model configuration"
+    assert (response.status_code, response.json()) == (400, {"error": UNKNOWN_ID + text})
+
+
 def test_raw_binary_to_an_unknown_model(raw_server: Server) -> None:
     response = post_raw(raw_server, "nope", b"x")
     assert (response.status_code, response.json()) == (404, {"error": "Request for unknown model: 'nope' is not found"})

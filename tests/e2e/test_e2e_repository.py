@@ -238,3 +238,33 @@ def test_load_rejects_overlong_file_name(explicit_server: Server) -> None:
         assert "failed to poll from model repository" in error.message()
         assert client.is_server_live() is True
     assert_grpc_serves(explicit_server.grpc)
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        (b'{"parameters": 5}', "attempt to get members for non-object"),
+        (b'{"parameters": {"config": {}}}', "attempt to access JSON non-string as string"),
+        (b'{"parameters": {"unknown": "x"}}', "unexpected error on creating Triton parameter"),
+    ],
+)
+def test_http_load_parameters_are_read_as_triton_reads_them(explicit_server: Server, body: bytes, text: str) -> None:
+    """Triton 2.51's HTTP front refuses these before any load, with INTERNAL."""
+    url = f"http://{explicit_server.http}/v2/repository/models/identity_fp32/load"
+    response = httpx.post(url, content=body, timeout=30)
+    assert (response.status_code, response.json()) == (500, {"error": text})
+    with httpclient.InferenceServerClient(explicit_server.http) as client:
+        assert client.is_model_ready("identity_fp32") is False
+
+
+def test_http_unload_goes_on_without_a_body_it_cannot_read(explicit_server: Server) -> None:
+    """Triton 2.51 drops the error of an unload body it cannot parse: the model alone unloads."""
+    base = f"http://{explicit_server.http}/v2/repository/models/simple_string"
+    for body in (b"{bad", b'{"parameters": {"unload_dependents": "yes"}}'):
+        assert httpx.post(f"{base}/load", timeout=60).status_code == 200
+        response = httpx.post(f"{base}/unload", content=body, timeout=60)
+        assert (response.status_code, response.content) == (200, b"")
+        with httpclient.InferenceServerClient(explicit_server.http) as client:
+            assert client.is_model_ready("simple_string") is False
+    index = httpx.post(f"http://{explicit_server.http}/v2/repository/index", json={"ready": 1}, timeout=30)
+    assert (index.status_code, index.json()) == (500, {"error": "attempt to access JSON non-boolean as boolean"})

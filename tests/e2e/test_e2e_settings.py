@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
+from tritonclient.utils import InferenceServerException
 
 from tests.e2e.simple_requests import http_inputs, simple_arrays
 from tests.harness import Server
@@ -80,6 +82,51 @@ def test_grpc_log_settings(server: Server) -> None:
             assert updated["log_verbose_level"].uint32_param == 2
         finally:
             client.update_log_settings({"log_verbose_level": 0})
+        assert client.get_log_settings().settings["log_verbose_level"].uint32_param == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "text"),
+    [
+        ({"log_file": "/tmp/x.log"}, 501, "log file location can not be updated through network protocol"),
+        ({"log_info": "yes"}, 500, "attempt to access JSON non-boolean as boolean"),
+        ({"log_verbose_level": -1}, 500, "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        ({"log_format": 1}, 500, "attempt to access JSON non-string as string"),
+        ({"log_format": "xml"}, 503, "invalid argument for --log_format, got: xml"),
+    ],
+)
+def test_http_log_updates_are_refused_as_triton_refuses_them(
+    server: Server, body: dict, status: int, text: str
+) -> None:
+    """Triton 2.51's statuses and words, and the refused update changes nothing."""
+    answer = httpx.post(f"http://{server.http}/v2/logging", json={"log_verbose_level": 3, **body}, timeout=10)
+    assert (answer.status_code, answer.json()) == (status, {"error": text})
+    assert httpx.get(f"http://{server.http}/v2/logging", timeout=10).json() == LOG_DEFAULTS
+
+
+def test_http_log_update_skips_nulls_and_names_it_does_not_know(server: Server) -> None:
+    answer = httpx.post(f"http://{server.http}/v2/logging", json={"log_info": None, "log_other": 5}, timeout=10)
+    assert (answer.status_code, answer.json()) == (200, LOG_DEFAULTS)
+
+
+@pytest.mark.parametrize(
+    ("settings", "code", "text"),
+    [
+        ({"log_file": ""}, "UNIMPLEMENTED", "log file location can not be updated through network protocol"),
+        # tritonclient sends None as a setting with no value in it
+        ({"log_info": None}, "INVALID_ARGUMENT", "expect boolean for 'log_info'"),
+        ({"log_verbose_level": None}, "INVALID_ARGUMENT", "expect int32 for 'log_verbose_level'"),
+        ({"log_format": None}, "INVALID_ARGUMENT", "expect string for 'log_format'"),
+        ({"log_format": "xml"}, "INVALID_ARGUMENT", "invalid argument for log_format, got: xml"),
+    ],
+)
+def test_grpc_log_updates_are_refused_as_triton_refuses_them(
+    server: Server, settings: dict, code: str, text: str
+) -> None:
+    with grpcclient.InferenceServerClient(server.grpc) as client:
+        with pytest.raises(InferenceServerException) as refused:
+            client.update_log_settings({"log_verbose_level": 3, **settings})
+        assert (refused.value.status(), refused.value.message()) == (f"StatusCode.{code}", text)
         assert client.get_log_settings().settings["log_verbose_level"].uint32_param == 0
 
 

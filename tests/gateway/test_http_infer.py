@@ -21,6 +21,8 @@ from protos.grpc_service_pb2 import (
     ModelInferResponse,
     ModelStatisticsResponse,
     RepositoryIndexResponse,
+    RepositoryModelLoadRequest,
+    RepositoryModelUnloadRequest,
     TraceSettingResponse,
 )
 from protos.model_config_pb2 import TYPE_FP32, TYPE_STRING, ModelConfig
@@ -233,6 +235,13 @@ def test_binary_input_without_header():
         (b"{x", "failed to parse the request JSON buffer: Missing a name for object member. at 1"),
         (b"nope", "failed to parse the request JSON buffer: Invalid value. at 0"),
         (b"{}", "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"),
+        # TritonJson finds no member in a document that is not an object
+        (b"[]", "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"),
+        (b"null", "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"),
+        (
+            b'{"parameters":[],"inputs":[]}',
+            "failed to get request params.: attempt to get members for non-object",
+        ),
         (
             b'{"inputs":[{"name":"I","datatype":"INT32","shape":[-1],"data":[1]}]}',
             "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer",
@@ -413,6 +422,43 @@ def test_data_nesting_limit(datatype, value):
     for depth in (100, 101, 5000):
         err = error_of(parse_infer_request, data_body(datatype, nested(depth, value)), None, "m", "")
         assert (err.status, err.message) == (Status.INVALID_ARG, NESTING)
+
+
+@pytest.mark.parametrize(
+    ("datatype", "values", "expected"),
+    [
+        ("INT32", [2**40, 2**31, -1], [0, -(2**31), -1]),
+        ("INT8", [300, -129], [44, 127]),
+        ("UINT8", [256, 2**64 - 1], [0, 255]),
+        ("UINT32", [2**32 + 7], [7]),
+        ("INT64", [-(2**63), 2**63 - 1], [-(2**63), 2**63 - 1]),
+    ],
+)
+def test_json_integers_wrap_to_their_datatype_as_triton_casts_them(datatype, values, expected):
+    """Triton reads each JSON integer as 64 bits and casts it to the tensor's type."""
+    request, _ = parse_infer_request(data_body(datatype, json.dumps(values), (len(values),)), None, "m", "")
+    dtype = codec.datatype(datatype)
+    assert codec.from_raw(request.raw_input_contents[0], dtype, [len(values)]).tolist() == expected
+
+
+@pytest.mark.parametrize(("datatype", "value"), [("INT64", 2**63), ("INT32", -(2**63) - 1), ("UINT64", 2**64)])
+def test_json_integers_past_64_bits_are_refused(datatype, value):
+    err = error_of(parse_infer_request, data_body(datatype, f"[{value}]"), None, "m", "")
+    kind = "unsigned-integer" if datatype.startswith("U") else "signed-integer"
+    assert (err.status, err.message) == (
+        Status.INTERNAL,
+        f"Unable to parse 'data': attempt to access JSON non-{kind} as {kind}",
+    )
+
+
+def test_json_doubles_past_fp32_become_infinities():
+    request, _ = parse_infer_request(data_body("FP32", "[1e300, -1e300]", (2,)), None, "m", "")
+    assert codec.from_raw(request.raw_input_contents[0], codec.datatype("FP32"), [2]).tolist() == [np.inf, -np.inf]
+
+
+def test_an_empty_body_without_a_header_is_the_raw_binary_form():
+    assert header_length(None, 0) == 0
+    assert header_length(None, 10) is None
 
 
 def test_data_errors_come_in_walk_order():
@@ -662,13 +708,36 @@ def test_repository_index_entries():
 
 
 def test_load_request_parameters():
-    doc = {"parameters": {"config": '{"max_batch_size":"16"}', "file:1/model.onnx": "AAEC", "other": True}}
+    doc = {"parameters": {"config": '{"max_batch_size":"16"}', "file:1/model.onnx": "AAEC"}}
     request = messages.load_request("m", doc)
     assert request.parameters["config"].string_param == '{"max_batch_size":"16"}'
     assert request.parameters["file:1/model.onnx"].bytes_param == b"\x00\x01\x02"
-    assert "other" in request.parameters
+    assert messages.load_request("m", [1]) == RepositoryModelLoadRequest(model_name="m")  # no member found
     unload = messages.unload_request("m", {"parameters": {"unload_dependents": True}})
     assert unload.parameters["unload_dependents"].bool_param is True
+
+
+@pytest.mark.parametrize(
+    ("parameters", "text"),
+    [
+        (5, "attempt to get members for non-object"),
+        ({"config": 5}, "attempt to access JSON non-string as string"),
+        ({"config": "{}", "other": True}, "attempt to access JSON non-string as string"),
+        ({"config": "{}", "other": "x"}, "unexpected error on creating Triton parameter"),
+    ],
+)
+def test_load_parameters_are_refused_in_triton_words(parameters: object, text: str) -> None:
+    """Triton 2.51's HTTP front reads every load parameter as a string and knows only
+    "config" and "file:*"; it refuses the rest before the load, with INTERNAL."""
+    with pytest.raises(TurnoutError) as caught:
+        messages.load_request("m", {"parameters": parameters})
+    assert (caught.value.status, caught.value.message) == (Status.INTERNAL, text)
+
+
+@pytest.mark.parametrize("document", [None, [1], {"parameters": 5}, {"parameters": {"unload_dependents": "yes"}}])
+def test_unload_goes_on_without_parameters_it_cannot_read(document: object) -> None:
+    """Triton 2.51 drops the error of an unload body it cannot read: the model alone unloads."""
+    assert messages.unload_request("m", document) == RepositoryModelUnloadRequest(model_name="m")
 
 
 def test_trace_settings_shapes():
