@@ -473,7 +473,16 @@ class Gateway:
 
     # --- trace and log settings ------------------------------------------------------------
 
-    async def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+    async def check_trace_model(self, model: str) -> None:
+        """Triton keeps trace settings only for a model that is ready ("" = the global ones)."""
+        if model and not await self.model_ready(pb.ModelReadyRequest(name=model)):
+            raise invalid_arg(f"Request for unknown model : {model}")
+
+    async def trace_setting(self, request: pb.TraceSettingRequest, checked: bool = False) -> pb.TraceSettingResponse:
+        """Read, or update then read, the trace settings; `checked` when the caller has
+        already checked the model (the HTTP front does, before it reads the body)."""
+        if not checked:
+            await self.check_trace_model(request.model_name)
         if request.settings:
             await self._shared(TRACE_SETTING, request)
         response = pb.TraceSettingResponse()

@@ -234,12 +234,13 @@ class HttpFront:
         self._settings = settings
         self._restrictions = parse_restrictions(settings.http_restricted_api)
 
-    async def _document(self, request: Request) -> Any:
-        """The request's JSON body, or None when the body is empty. As Triton, only an
+    async def _document(self, request: Request, required: bool = False) -> Any:
+        """The request's JSON body, or None when the body is empty and not `required` (the
+        trace and logging updates parse even an empty one, as Triton). As Triton, only an
         infer body is decompressed; any other is JSON as it came."""
         limit = self._settings.http_max_input_size
         body = await _read(request, limit, None, partial(json_too_large, limit=limit))
-        if not body.strip():
+        if not required and not body.strip():
             return None
         return parse_json(body)
 
@@ -504,16 +505,17 @@ class HttpFront:
 
     async def _trace(self, request: Request, model: str) -> Response:
         _need(request, "GET", "POST")
+        await self._gateway.check_trace_model(model)
         if request.method == "GET":
             trace = TraceSettingRequest(model_name=model)
         else:
-            trace = messages.trace_request(model, await self._document(request))
-        return _json(messages.trace_settings(await self._gateway.trace_setting(trace)))
+            trace = messages.trace_request(model, await self._document(request, required=True))
+        return _json(messages.trace_settings(await self._gateway.trace_setting(trace, checked=True)))
 
     async def _logging(self, request: Request) -> Response:
         _need(request, "GET", "POST")
         get = request.method == "GET"
-        log = LogSettingsRequest() if get else messages.log_request(await self._document(request))
+        log = LogSettingsRequest() if get else messages.log_request(await self._document(request, required=True))
         answer = await self._gateway.log_settings(log)
         await self._gateway.forward_log_settings(log)
         return _json(messages.log_settings(answer))

@@ -14,6 +14,8 @@ from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from gateway.shm import CUDA_IPC_HANDLE_SIZE
+from gateway.tracing.settings import CHANGEABLE as TRACE_CHANGEABLE
+from gateway.tracing.settings import parse_setting
 from protos.grpc_service_pb2 import (
     CudaSharedMemoryRegisterRequest,
     CudaSharedMemoryStatusResponse,
@@ -226,20 +228,28 @@ def unload_request(model_name: str, document: Any) -> RepositoryModelUnloadReque
 
 
 def trace_request(model_name: str, document: Any) -> TraceSettingRequest:
-    """Trace settings update: a string or list of strings per key; null clears the key."""
+    """A trace settings update as Triton's HTTP front reads it, setting by setting in its
+    order: `trace_level` an array of strings, the others a string each, null to clear;
+    the trace file never; other names ignored. A JSON value of the wrong kind is INTERNAL
+    in TritonJson's words; a value it cannot take, INVALID_ARG in Triton's."""
     request = TraceSettingRequest(model_name=model_name)
-    for key, value in _object(document).items():
-        setting = request.settings[key]
-        if value is None:
+    if not isinstance(document, dict):
+        return request
+    if "trace_file" in document:
+        raise unsupported("trace file location can not be updated through network protocol")
+    for key in TRACE_CHANGEABLE:
+        if key not in document:
             continue
-        if isinstance(value, list):
-            if not all(isinstance(v, str) for v in value):
-                raise invalid_arg(f"expect an array of strings for trace setting '{key}'")
-            setting.value.extend(value)
-        elif isinstance(value, str):
-            setting.value.append(value)
-        else:
-            raise invalid_arg(f"expect a string or an array of strings for trace setting '{key}'")
+        value = document[key]
+        values: list[str] = []
+        if value is not None:
+            if key == "trace_level" and not isinstance(value, list):
+                raise internal("attempt to access JSON non-array as array")
+            values = value if key == "trace_level" else [value]
+            if not all(isinstance(v, str) for v in values):
+                raise internal("attempt to access JSON non-string as string")
+            parse_setting(key, values, http=True)
+        request.settings[key].value.extend(values)
     return request
 
 

@@ -23,8 +23,7 @@ from protos.status import invalid_arg, unsupported
 UINT32_MAX = 2**32 - 1
 INT32_MAX = 2**31 - 1
 # The settings a client may change, by their protocol names.
-_CHANGEABLE = ("trace_level", "trace_rate", "trace_count", "log_frequency")
-_KNOWN = (*_CHANGEABLE, "trace_file", "trace_mode")
+CHANGEABLE = ("trace_level", "trace_rate", "trace_count", "log_frequency")
 
 
 @dataclass(frozen=True)
@@ -138,15 +137,20 @@ class TraceSettings:
         return self._models.get(model, self.global_setting)
 
     def update(self, model: str, updates: Mapping[str, Sequence[str]]) -> None:
-        """Apply a client's update ("" = the global setting); a key with no values clears
-        it. Raises TurnoutError with Triton's text, having changed nothing."""
+        """Apply a client's update ("" = the global setting) as Triton reads one: the
+        settings it knows, in its order (a key with no values clears it), every other
+        name ignored. Raises TurnoutError with Triton's text, having changed nothing."""
+        if "trace_file" in updates:
+            raise unsupported("trace file location can not be updated through network protocol")
         given: dict[str, object] = {}
         cleared: set[str] = set()
-        for key, values in updates.items():
-            value = _parse(key, values)
+        for key in CHANGEABLE:
+            if key not in updates:
+                continue
+            value = parse_setting(key, updates[key])
             if value is None:
                 cleared.add(key)
-            else:
+            elif value is not _UNCHANGED:
                 given[key] = value
         self._update(model, given, cleared)
         if not model:
@@ -159,7 +163,7 @@ class TraceSettings:
         fallback = self.global_setting.values() if model else self._default
         specified = {
             key
-            for key in _CHANGEABLE
+            for key in CHANGEABLE
             if key not in cleared and (key in given or (current is not None and key in current.specified))
         }
         changes: dict[str, Any] = {
@@ -237,35 +241,55 @@ def _value_of(setting: Setting | None, key: str) -> object:
     return getattr(setting, _FIELDS[key])
 
 
-def _parse(key: str, values: Sequence[str]) -> object | None:
-    """One setting of an update, in Triton's words when refused; None clears it."""
-    if key not in _KNOWN:
-        raise invalid_arg(f"Unknown trace setting '{key}'")
+_UNCHANGED = object()  # a trace_level update naming no level Triton knows
+
+
+def parse_setting(key: str, values: Sequence[str], http: bool = False) -> object | None:
+    """One setting of an update, in Triton's words when refused (its HTTP front words one
+    of them a little differently); None clears it."""
     if not values:
         return None
-    if key == "trace_file":
-        raise unsupported("trace file location can not be updated through network protocol")
-    if key == "trace_mode":
-        raise unsupported("'trace_mode' can not be updated through network protocol")
     if key == "trace_level":
         if "OFF" in values and len(values) > 1:
             raise invalid_arg("Expect only one trace level 'OFF' is specified")
-        for value in values:
-            if value not in ("OFF", *LEVEL_ORDER):
-                raise invalid_arg(f"Unknown trace level '{value}', expected one of OFF, TIMESTAMPS, TENSORS")
-        return frozenset(v for v in values if v != "OFF")
+        known = frozenset(v for v in values if v in LEVEL_ORDER)
+        if values[0] == "OFF":
+            return known
+        return known or _UNCHANGED  # Triton passes over names it does not know
     if len(values) != 1:
         raise invalid_arg(f"expect only 1 value for '{key}'")
     text = values[0]
+    low, high = (-1, INT32_MAX) if key == "trace_count" else (0, UINT32_MAX)
     try:
-        number = int(text)
+        number = stoi(text)
     except ValueError:
         raise invalid_arg(f"Unable to parse '{key}', got: {text}") from None
+    except OverflowError:
+        raise invalid_arg(f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {text}") from None
     if key == "trace_count":
         if number < -1:
-            raise invalid_arg(f"Unable to parse 'trace_count'. Expecting value >= -1, got:{text}")
-        if number > INT32_MAX:
-            raise invalid_arg(f"Unable to parse 'trace_count', value is out of range [ -1, {INT32_MAX} ], got: {text}")
-    elif not 0 <= number <= UINT32_MAX:
-        raise invalid_arg(f"Unable to parse '{key}', value is out of range [ 0, {UINT32_MAX} ], got: {text}")
+            got = "got:" if http else "got: "
+            raise invalid_arg(f"Unable to parse 'trace_count'. Expecting value >= -1, {got}{text}")
+        return number
+    return number % 2**32  # an int read into Triton's uint32
+
+
+_SPACE = " \t\n\v\f\r"
+
+
+def stoi(text: str) -> int:
+    """C++'s std::stoi: leading white space, a sign and decimal digits, the rest of the
+    text ignored; ValueError where it finds no number, OverflowError past int32."""
+    body = text.lstrip(_SPACE)
+    sign = body[:1] if body[:1] in ("+", "-") else ""
+    digits = ""
+    for char in body[len(sign) :]:
+        if not "0" <= char <= "9":
+            break
+        digits += char
+    if not digits:
+        raise ValueError(text)
+    number = int(sign + digits)
+    if not -INT32_MAX - 1 <= number <= INT32_MAX:
+        raise OverflowError(text)
     return number

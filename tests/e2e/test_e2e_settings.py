@@ -88,6 +88,53 @@ def test_grpc_log_settings(server: Server) -> None:
 @pytest.mark.parametrize(
     ("body", "status", "text"),
     [
+        (b"", 500, "failed to parse the request JSON buffer: The document is empty. at 0"),
+        (b'{"trace_file": null}', 501, "trace file location can not be updated through network protocol"),
+        (b'{"trace_level": "TIMESTAMPS"}', 500, "attempt to access JSON non-array as array"),
+        (b'{"trace_level": [1]}', 500, "attempt to access JSON non-string as string"),
+        (b'{"trace_rate": "abc", "trace_count": 5}', 400, "Unable to parse 'trace_rate', got: abc"),
+        (b'{"trace_count": "-5"}', 400, "Unable to parse 'trace_count'. Expecting value >= -1, got:-5"),
+        (
+            b'{"trace_count": "99999999999"}',
+            400,
+            "Unable to parse 'trace_count', value is out of range [ -1, 2147483647 ], got: 99999999999",
+        ),
+    ],
+)
+def test_http_trace_updates_are_refused_as_triton_refuses_them(
+    server: Server, body: bytes, status: int, text: str
+) -> None:
+    """Triton 2.51's statuses and words (checked side by side), and nothing changes."""
+    answer = httpx.post(f"http://{server.http}/v2/trace/setting", content=body, timeout=10)
+    assert (answer.status_code, answer.json()) == (status, {"error": text})
+    assert httpx.get(f"http://{server.http}/v2/trace/setting", timeout=10).json() == TRACE_DEFAULTS
+
+
+def test_trace_updates_pass_over_what_triton_does_not_know(server: Server) -> None:
+    """Unknown names and levels are ignored, numbers read as std::stoi reads them."""
+    url = f"http://{server.http}/v2/trace/setting"
+    try:
+        answer = httpx.post(url, json={"trace_level": ["LOUD"], "trace_mode": "x", "trace_rate": " 7xyz"}, timeout=10)
+        assert (answer.status_code, answer.json()) == (200, {**TRACE_DEFAULTS, "trace_rate": "7"})
+        answer = httpx.post(url, json={"log_frequency": "-1"}, timeout=10)
+        assert answer.json()["log_frequency"] == "4294967295"  # an int in Triton's uint32
+    finally:
+        httpx.post(url, json={"trace_rate": None, "log_frequency": None}, timeout=10)
+    assert httpx.get(url, timeout=10).json() == TRACE_DEFAULTS
+
+
+def test_trace_settings_of_a_model_that_is_not_ready_are_refused(server: Server) -> None:
+    text = "Request for unknown model : nope"
+    answer = httpx.post(f"http://{server.http}/v2/models/nope/trace/setting", json={"trace_level": 5}, timeout=10)
+    assert (answer.status_code, answer.json()) == (400, {"error": text})  # before the body is read
+    with grpcclient.InferenceServerClient(server.grpc) as client, pytest.raises(InferenceServerException) as refused:
+        client.get_trace_settings(model_name="nope")
+    assert (refused.value.status(), refused.value.message()) == ("StatusCode.INVALID_ARGUMENT", text)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "text"),
+    [
         ({"log_file": "/tmp/x.log"}, 501, "log file location can not be updated through network protocol"),
         ({"log_info": "yes"}, 500, "attempt to access JSON non-boolean as boolean"),
         ({"log_verbose_level": -1}, 500, "attempt to access JSON non-unsigned-integer as unsigned-integer"),
