@@ -59,7 +59,7 @@ from protos.grpc_service_pb2 import (
     SystemSharedMemoryUnregisterRequest,
     TraceSettingRequest,
 )
-from protos.status import TurnoutError, internal, invalid_arg, unsupported
+from protos.status import TurnoutError, invalid_arg, unsupported
 
 TooLarge = Callable[[int], TurnoutError]
 
@@ -463,8 +463,8 @@ class HttpFront:
             index = RepositoryIndexRequest()
             if isinstance(document, dict) and "ready" in document:
                 ready = document["ready"]
-                if type(ready) is not bool:
-                    raise internal("attempt to access JSON non-boolean as boolean")
+                if type(ready) is not bool:  # current Triton's words (2.51 said TritonJson's, with a 500)
+                    raise invalid_arg("Invalid value for 'ready': expected a boolean")
                 index.ready = ready
             response = await self._gateway.repository_index(index)
             return _json(messages.repository_index(response))

@@ -266,5 +266,8 @@ def test_http_unload_goes_on_without_a_body_it_cannot_read(explicit_server: Serv
         assert (response.status_code, response.content) == (200, b"")
         with httpclient.InferenceServerClient(explicit_server.http) as client:
             assert client.is_model_ready("simple_string") is False
-    index = httpx.post(f"http://{explicit_server.http}/v2/repository/index", json={"ready": 1}, timeout=30)
-    assert (index.status_code, index.json()) == (500, {"error": "attempt to access JSON non-boolean as boolean"})
+
+
+def test_index_ready_must_be_a_boolean(server: Server) -> None:
+    index = httpx.post(f"http://{server.http}/v2/repository/index", json={"ready": 1}, timeout=30)
+    assert (index.status_code, index.json()) == (400, {"error": "Invalid value for 'ready': expected a boolean"})
