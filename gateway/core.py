@@ -378,7 +378,7 @@ class Gateway:
         return refused
 
     async def load_model(self, request: pb.RepositoryModelLoadRequest) -> None:
-        self._check_repository_request(request.repository_name)
+        self._check_repository_request(request.repository_name, request.parameters)
         client = await self._registry.find(request.model_name)
         if client is None:
             parameters: dict[str, str | bytes] = {}
@@ -443,11 +443,19 @@ class Gateway:
         except TurnoutError as exc:
             logger.warning("%s", exc.message)
 
-    def _check_repository_request(self, repository_name: str) -> None:
+    def _check_repository_request(self, repository_name: str, load_parameters: Any = None) -> None:
+        """In Triton's order: the repository name, a load's parameters (read by its front
+        end), then whether the mode lets a client load and unload at all."""
         if self._draining:
             raise unavailable(SERVER_EXITING)
         if repository_name:
             raise unsupported(REPOSITORY_NAME_UNSUPPORTED)
+        for key, value in (load_parameters or {}).items():
+            wanted = "string_param" if key == "config" else "bytes_param" if key.startswith("file:") else None
+            if wanted is None:
+                raise invalid_arg(f"unrecognized load parameter '{key}'.")
+            if value.WhichOneof("parameter_choice") != wanted:
+                raise invalid_arg(f"invalid value type for load parameter '{key}', expected {wanted}.")
         if self._settings.model_control_mode != "explicit":
             raise unavailable(LOAD_NOT_ALLOWED)
 
@@ -455,6 +463,11 @@ class Gateway:
 
     def system_shm_status(self, request: pb.SystemSharedMemoryStatusRequest) -> pb.SystemSharedMemoryStatusResponse:
         return self._shm.status(request.name)
+
+    def check_client_shm(self) -> None:
+        """Refuse with Triton's text unless clients may register shared memory (checked
+        before a request's arguments, as Triton does)."""
+        self._shm.check_enabled()
 
     async def system_shm_register(self, request: pb.SystemSharedMemoryRegisterRequest) -> None:
         await self._shared(SHM_REGISTER, request)

@@ -8,6 +8,7 @@ Everything here runs on the event loop thread, so no lock guards the table.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from dataclasses import dataclass
@@ -61,10 +62,12 @@ class SharedMemory:
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self.check_enabled()
+        if not key.lstrip("/"):
+            raise invalid_arg(f"cannot register shared memory region '{name}' - invalid shm key '{key}'")
         if key.lstrip("/").startswith(RESERVED_KEY_PREFIX):
             raise invalid_arg(
-                f"failed to register shared memory region '{name}': "
-                f"key '{key}' uses the reserved prefix '{RESERVED_KEY_PREFIX}'"
+                f"cannot register shared memory region '{name}' with key '{key}' as the key contains "
+                f"the reserved prefix '{RESERVED_KEY_PREFIX}'"
             )
         if name in self._regions:
             raise TurnoutError(Status.ALREADY_EXISTS, f"shared memory region '{name}' already in manager")
@@ -79,8 +82,15 @@ class SharedMemory:
             raise internal(f"Unable to open shared memory region: '{key}'") from exc
         try:
             size = os.fstat(fd).st_size
-            if offset + byte_size > size or offset + byte_size == 0:
+            if offset + byte_size > size:
                 raise invalid_arg(f"failed to register shared memory region '{name}': invalid args")
+            if byte_size == 0 or offset % mmap.PAGESIZE:
+                # Triton maps the region itself, from `offset`: mmap refuses no bytes, and
+                # an offset off a page boundary.
+                raise invalid_arg(
+                    f"failed to register shared memory region '{name}': unable to process address space"
+                    f"{os.strerror(errno.EINVAL)}"
+                )
             try:
                 memory = mmap.mmap(fd, offset + byte_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             except OSError as exc:

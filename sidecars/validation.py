@@ -13,7 +13,7 @@ import numpy as np
 from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc
-from protos.datatypes import BY_CONFIG_NAME, DataType
+from protos.datatypes import BY_CONFIG_NAME, BY_NAME, DataType
 from protos.sequence import SequenceFlags, read_sequence
 from protos.status import TurnoutError, invalid_arg, unsupported
 from sidecars.input_order import core_order
@@ -131,7 +131,9 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
                 f"contents field must not be specified when using raw_input_contents for '{tensor.name}' "
                 f"for model '{model}'"
             )
-        if not tensor.HasField("contents") and position >= len(raw):
+        if tensor.HasField("contents"):
+            _check_contents(tensor, model)
+        elif position >= len(raw):
             raise _no_data(tensor.name, model)
     outputs = _requested_outputs(request, signature)
     walk = _walk(tuple([tensor.name for tensor in tensors]))
@@ -312,6 +314,37 @@ def _core_size(datatype: DataType, shape: list[int], name: str) -> int:
     return count if datatype.name == "BYTES" else count * datatype.size
 
 
+# Typed contents, in the order Triton's gRPC front reads them, with the datatype each
+# holds (int_contents and uint_contents also carry the narrower integers).
+_CONTENTS = (
+    ("bool_contents", ("BOOL",)),
+    ("int_contents", ("INT8", "INT16", "INT32")),
+    ("int64_contents", ("INT64",)),
+    ("uint_contents", ("UINT8", "UINT16", "UINT32")),
+    ("uint64_contents", ("UINT64",)),
+    ("fp32_contents", ("FP32",)),
+    ("fp64_contents", ("FP64",)),
+    ("bytes_contents", ("BYTES",)),
+)
+
+
+def _check_contents(tensor: pb.ModelInferRequest.InferInputTensor, model: str) -> None:
+    """Triton's gRPC front on typed contents: one list at most, of the datatype the
+    input declares."""
+    declared = tensor.datatype if tensor.datatype in BY_NAME else "<invalid>"
+    supplied = False
+    for field_name, holds in _CONTENTS:
+        if not getattr(tensor.contents, field_name):
+            continue
+        where = f"unexpected explicit tensor data for input tensor '{tensor.name}' for model '{model}'"
+        if supplied:
+            raise invalid_arg(f"{where}, binary data was already supplied.")
+        held = declared if declared in holds else holds[-1]
+        if held != declared:
+            raise invalid_arg(f"{where} of type '{held}', expected datatype '{declared}'")
+        supplied = True
+
+
 def _no_data(name: str, model: str) -> TurnoutError:
     return invalid_arg(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
 
@@ -374,9 +407,8 @@ def _from_contents(
     contents: pb.InferTensorContents, spec: TensorSpec, shape: list[int], size: int, prefix: str, model: str
 ) -> np.ndarray:
     datatype = spec.datatype
-    if datatype.contents_field is None:
-        raise invalid_arg(f"{prefix}contents are not supported for datatype {datatype.name} of input '{spec.name}'")
-    values = getattr(contents, datatype.contents_field)
+    # FP16 and BF16 have no list: contents for them can only be empty.
+    values = getattr(contents, datatype.contents_field) if datatype.contents_field else []
     if datatype.name == "BYTES":
         if len(values) != size:
             raise invalid_arg(

@@ -399,7 +399,7 @@ class HttpFront:
         """Triton's generate extension: a flat JSON body in, the response as flat JSON; with
         `stream`, each response of the model (a decoupled one sends several) as one
         server-sent event, an error as an event with an `error` key."""
-        document = await self._document(request)
+        document = await self._document(request, required=True)
         answer = await self._gateway.model_config(ModelConfigRequest(name=name, version=version))
         infer_request = generate_request(document, name, version, answer.config)
         context = RequestContext(request.headers)
@@ -449,16 +449,10 @@ class HttpFront:
         _need(request, "POST")
         if repository:
             raise unsupported("'repository_name' specification is not supported")
+        document = await self._document(request)
         if model is not None and action == "unload":
-            limit = self._settings.http_max_input_size
-            body = await _read(request, limit, None, partial(json_too_large, limit=limit))
-            try:
-                document = parse_json(body) if body.strip() else None
-            except TurnoutError:
-                document = None  # Triton's unload goes on without a body it cannot parse
             await self._gateway.unload_model(messages.unload_request(model, document))
             return _empty()
-        document = await self._document(request)
         if model is None:
             index = RepositoryIndexRequest()
             if isinstance(document, dict) and "ready" in document:
@@ -479,10 +473,12 @@ class HttpFront:
             status = self._gateway.system_shm_status(SystemSharedMemoryStatusRequest(name=region))
             return _json(messages.system_shm_status(status))
         _need(request, "POST")
+        self._gateway.check_client_shm()
         if action == "register":
             if not region:
                 raise invalid_arg("'region name' is necessary to register system shared memory region")
-            await self._gateway.system_shm_register(messages.system_shm_register(region, await self._document(request)))
+            document = await self._document(request, required=True)
+            await self._gateway.system_shm_register(messages.system_shm_register(region, document))
         else:
             await self._gateway.system_shm_unregister(SystemSharedMemoryUnregisterRequest(name=region))
         return _empty()
@@ -493,6 +489,7 @@ class HttpFront:
             status = self._gateway.cuda_shm_status(CudaSharedMemoryStatusRequest(name=region))
             return _json(messages.cuda_shm_status(status))
         _need(request, "POST")
+        self._gateway.check_client_shm()
         if action == "register":
             if not region:
                 raise invalid_arg("'region name' is necessary to register cuda shared memory region")

@@ -161,12 +161,17 @@ def _member(document: dict[str, Any], name: str, kind: str) -> Any:
 
 
 def system_shm_register(name: str, document: Any) -> SystemSharedMemoryRegisterRequest:
-    body = _object(document)
+    """As current Triton reads a register request: `key` and `byte_size` must be there
+    (INVALID_ARG when not), then each of a JSON kind TritonJson takes (INTERNAL)."""
+    body = document if isinstance(document, dict) else {}
+    if "key" not in body:
+        raise invalid_arg("Shared memory register request has no 'key' field")
+    key = _member(body, "key", "string")
+    offset = _member(body, "offset", "uint") if "offset" in body else 0
+    if "byte_size" not in body:
+        raise invalid_arg("Shared memory register request has no 'byte_size' field")
     return SystemSharedMemoryRegisterRequest(
-        name=name,
-        key=_member(body, "key", "string"),
-        offset=_member(body, "offset", "uint") if "offset" in body else 0,
-        byte_size=_member(body, "byte_size", "uint"),
+        name=name, key=key, offset=offset, byte_size=_member(body, "byte_size", "uint")
     )
 
 
@@ -218,8 +223,8 @@ def _parameters(document: Any) -> dict[str, Any]:
 
 
 def unload_request(model_name: str, document: Any) -> RepositoryModelUnloadRequest:
-    """As Triton's HTTP front: only a boolean `unload_dependents` counts; a body it cannot
-    read, or another value, unloads the model alone (Triton drops that error)."""
+    """As Triton's HTTP front: only a boolean `unload_dependents` counts; another value
+    unloads the model alone (Triton drops that error)."""
     request = RepositoryModelUnloadRequest(model_name=model_name)
     params = document.get("parameters") if isinstance(document, dict) else None
     if isinstance(params, dict) and type(params.get("unload_dependents")) is bool:

@@ -45,7 +45,9 @@ SIMPLE_DOCUMENT = {
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = write_repository(tmp_path_factory.mktemp("repo_limits"), ("simple", "identity_fp32"))
-    with turnout_up(repo, "--model-control-mode=explicit", "--load-model=simple", "--load-model=identity_fp32") as up:
+    # Client shared memory allowed: a refusal of its endpoints comes before their bodies are read.
+    flags = ("--model-control-mode=explicit", "--load-model=simple", "--load-model=identity_fp32")
+    with turnout_up(repo, *flags, "--allow-client-shm=true") as up:
         yield up
 
 

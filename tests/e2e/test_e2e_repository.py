@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import grpc
 import httpx
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.e2e.simple_requests import (
     assert_grpc_serves,
@@ -257,10 +259,16 @@ def test_http_load_parameters_are_read_as_triton_reads_them(explicit_server: Ser
         assert client.is_model_ready("identity_fp32") is False
 
 
-def test_http_unload_goes_on_without_a_body_it_cannot_read(explicit_server: Server) -> None:
-    """Triton 2.51 drops the error of an unload body it cannot parse: the model alone unloads."""
+def test_http_unload_goes_on_without_parameters_it_cannot_read(explicit_server: Server) -> None:
+    """Triton drops the error of an `unload_dependents` it cannot read: the model alone
+    unloads. A body that is no JSON is refused (current Triton; 2.51 dropped that too)."""
     base = f"http://{explicit_server.http}/v2/repository/models/simple_string"
-    for body in (b"{bad", b'{"parameters": {"unload_dependents": "yes"}}'):
+    bad = httpx.post(f"{base}/unload", content=b"{bad", timeout=60)
+    assert (bad.status_code, bad.json()) == (
+        500,
+        {"error": "failed to parse the request JSON buffer: Missing a name for object member. at 1"},
+    )
+    for body in (b'{"parameters": 5}', b'{"parameters": {"unload_dependents": "yes"}}'):
         assert httpx.post(f"{base}/load", timeout=60).status_code == 200
         response = httpx.post(f"{base}/unload", content=body, timeout=60)
         assert (response.status_code, response.content) == (200, b"")
@@ -271,3 +279,25 @@ def test_http_unload_goes_on_without_a_body_it_cannot_read(explicit_server: Serv
 def test_index_ready_must_be_a_boolean(server: Server) -> None:
     index = httpx.post(f"http://{server.http}/v2/repository/index", json={"ready": 1}, timeout=30)
     assert (index.status_code, index.json()) == (400, {"error": "Invalid value for 'ready': expected a boolean"})
+
+
+@pytest.mark.parametrize(
+    ("parameters", "text"),
+    [
+        ({"config": {"bytes_param": b"{}"}}, "invalid value type for load parameter 'config', expected string_param."),
+        (
+            {"file:1/model.onnx": {"string_param": "x"}},
+            "invalid value type for load parameter 'file:1/model.onnx', expected bytes_param.",
+        ),
+        ({"other": {"string_param": "x"}}, "unrecognized load parameter 'other'."),
+    ],
+)
+def test_grpc_load_parameters_are_read_as_triton_reads_them(server: Server, parameters: dict, text: str) -> None:
+    """Triton's gRPC front refuses these before the load itself, so even before a mode
+    that allows no loads says so."""
+    request = service_pb2.RepositoryModelLoadRequest(model_name="simple")
+    for key, value in parameters.items():
+        request.parameters[key].CopyFrom(service_pb2.ModelRepositoryParameter(**value))
+    with grpc.insecure_channel(server.grpc) as channel, pytest.raises(grpc.RpcError) as caught:
+        service_pb2_grpc.GRPCInferenceServiceStub(channel).RepositoryModelLoad(request)
+    assert (caught.value.code(), caught.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, text)

@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from gateway.shm import DISABLED
 from tests.e2e.simple_requests import (
     assert_grpc_serves,
     assert_http_serves,
@@ -201,3 +202,28 @@ def test_a_request_with_both_lengths_closes_its_connection_after_the_answer(serv
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
     assert answer.count(b"HTTP/1.1 ") == 1, answer
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "text"),
+    [
+        (b"", 500, "failed to parse the request JSON buffer: The document is empty. at 0"),
+        (b"[1]", 400, "Shared memory register request has no 'key' field"),
+        (b'{"key": 5}', 500, "attempt to access JSON non-string as string"),
+        (b'{"key": "/k", "offset": -1}', 500, "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        (b'{"key": "/k"}', 400, "Shared memory register request has no 'byte_size' field"),
+        (b'{"key": "//", "byte_size": 8}', 400, "cannot register shared memory region 'r' - invalid shm key '//'"),
+    ],
+)
+def test_system_shared_memory_registration_is_read_as_triton_reads_it(
+    shm_server: Server, body: bytes, status: int, text: str
+) -> None:
+    response = _post(shm_server, "/v2/systemsharedmemory/region/r/register", body)
+    assert (response.status_code, response.json()) == (status, {"error": text})
+
+
+def test_disabled_shared_memory_is_refused_before_the_body_is_read(server: Server) -> None:
+    for path in ("/v2/systemsharedmemory/region/r/register", "/v2/cudasharedmemory/region/r/register"):
+        response = _post(server, path, b"{not json")
+        assert (response.status_code, response.json()) == (501, {"error": DISABLED})
+    assert _post(server, "/v2/systemsharedmemory/region/r/unregister", b"").status_code == 501

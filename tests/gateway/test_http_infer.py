@@ -736,7 +736,7 @@ def test_load_parameters_are_refused_in_triton_words(parameters: object, text: s
 
 @pytest.mark.parametrize("document", [None, [1], {"parameters": 5}, {"parameters": {"unload_dependents": "yes"}}])
 def test_unload_goes_on_without_parameters_it_cannot_read(document: object) -> None:
-    """Triton 2.51 drops the error of an unload body it cannot read: the model alone unloads."""
+    """Triton drops the error of unload parameters it cannot read: the model alone unloads."""
     assert messages.unload_request("m", document) == RepositoryModelUnloadRequest(model_name="m")
 
 

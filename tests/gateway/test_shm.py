@@ -50,9 +50,9 @@ def test_disabled_refuses_with_triton_text(shm_file) -> None:
 def test_register_status_unregister(shm_file) -> None:
     key, _ = shm_file
     memory = SharedMemory(enabled=True)
-    memory.register("r", key, 64, 128)
+    memory.register("r", key, 0, 128)
     status = memory.status("r").regions["r"]
-    assert (status.name, status.key, status.offset, status.byte_size) == ("r", key, 64, 128)
+    assert (status.name, status.key, status.offset, status.byte_size) == ("r", key, 0, 128)
     with raises(Status.ALREADY_EXISTS, "shared memory region 'r' already in manager"):
         memory.register("r", key, 0, 64)
     with raises(Status.INTERNAL, "Unable to open shared memory region: '/turnout_no_such_key'"):
@@ -64,6 +64,27 @@ def test_register_status_unregister(shm_file) -> None:
     with raises(Status.INVALID_ARG, "Invalid offset + byte size for shared memory region: 'r'"):
         memory.read("r", 64, 100)
     memory.unregister("")
+    assert len(memory.status("").regions) == 0
+
+
+def test_registrations_triton_cannot_map_are_refused(shm_file) -> None:
+    """Triton checks the key, then maps the region itself from its offset: no bytes, or
+    an offset off a page boundary, is what mmap refuses."""
+    key, _ = shm_file
+    memory = SharedMemory(enabled=True)
+    with raises(Status.INVALID_ARG, "cannot register shared memory region 's' - invalid shm key '//'"):
+        memory.register("s", "//", 0, 64)
+    reserved = "/triton_python_backend_shm_region_1"
+    with raises(
+        Status.INVALID_ARG,
+        f"cannot register shared memory region 's' with key '{reserved}' as the key contains the reserved "
+        "prefix 'triton_python_backend_shm_region_'",
+    ):
+        memory.register("s", reserved, 0, 64)
+    unmappable = "failed to register shared memory region 's': unable to process address spaceInvalid argument"
+    for offset, byte_size in ((64, 128), (0, 0)):
+        with raises(Status.INVALID_ARG, unmappable):
+            memory.register("s", key, offset, byte_size)
     assert len(memory.status("").regions) == 0
 
 
@@ -83,6 +104,8 @@ def test_cuda_shared_memory_is_not_available() -> None:
 
 async def test_infer_reads_and_writes_regions(sidecars, shm_file) -> None:
     key, path = shm_file
+    out_path = path.with_name(path.name + "_out")
+    out_path.write_bytes(bytes(128))
     a = np.arange(16, dtype="<i4")
     b = np.full(16, 3, dtype="<i4")
     with path.open("r+b") as f:
@@ -93,7 +116,7 @@ async def test_infer_reads_and_writes_regions(sidecars, shm_file) -> None:
             pb.SystemSharedMemoryRegisterRequest(name="in", key=key, offset=0, byte_size=128)
         )
         await stub.SystemSharedMemoryRegister(
-            pb.SystemSharedMemoryRegisterRequest(name="out", key=key, offset=128, byte_size=128)
+            pb.SystemSharedMemoryRegisterRequest(name="out", key=key + "_out", offset=0, byte_size=128)
         )
         request = pb.ModelInferRequest(model_name="simple")
         for index, name in enumerate(("INPUT0", "INPUT1")):
@@ -110,7 +133,8 @@ async def test_infer_reads_and_writes_regions(sidecars, shm_file) -> None:
                 output.parameters["shared_memory_offset"].int64_param = 64
         response = await stub.ModelInfer(request)
         assert list(response.raw_output_contents) == [b"", b""]
-        written = np.frombuffer(path.read_bytes()[128:256], dtype="<i4")
+        written = np.frombuffer(out_path.read_bytes(), dtype="<i4")
         assert written[:16].tolist() == (a + b).tolist()
         assert written[16:].tolist() == (a - b).tolist()
         await stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest())
+    out_path.unlink()

@@ -244,3 +244,53 @@ def test_shape_past_the_byte_size(
     with pytest.raises(grpc.RpcError) as caught:
         stub.ModelInfer(request)
     assert (caught.value.code(), caught.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def _fill(field: str, values: list, datatype: str = "INT32"):
+    def fill(tensor: service_pb2.ModelInferRequest.InferInputTensor) -> None:
+        tensor.datatype = datatype
+        tensor.contents.SetInParent()
+        if field:
+            getattr(tensor.contents, field).extend(values)
+
+    return fill
+
+
+TYPED = "unexpected explicit tensor data for input tensor 'INPUT0' for model 'simple'"
+
+
+@pytest.mark.parametrize(
+    ("fills", "text"),
+    [
+        ([_fill("fp32_contents", [1.0] * 16)], f"{TYPED} of type 'FP32', expected datatype 'INT32'"),
+        (
+            [_fill("int_contents", [1] * 16), _fill("fp32_contents", [1.0] * 16)],
+            f"{TYPED}, binary data was already supplied.",
+        ),
+        ([_fill("int_contents", [1] * 16, "FP32")], f"{TYPED} of type 'INT32', expected datatype 'FP32'"),
+        ([_fill("int_contents", [1] * 16, "FP16")], f"{TYPED} of type 'INT32', expected datatype 'FP16'"),
+        (
+            [_fill("", [])],
+            "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model 'simple'. "
+            "Expected 64, got 0",
+        ),
+        (
+            [_fill("", [], "FP16")],
+            "[request id: <id_unknown>] inference input 'INPUT0' data-type is 'FP16', "
+            "but model 'simple' expects 'INT32'",
+        ),
+    ],
+)
+def test_typed_contents_are_read_as_triton_reads_them(
+    stub: service_pb2_grpc.GRPCInferenceServiceStub, fills: list, text: str
+) -> None:
+    """Triton 2.51's answers, side by side: one list at most, of the declared datatype,
+    checked as the request is built; an empty one is no data."""
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    first = request.inputs.add(name="INPUT0", shape=[1, 16])
+    for fill in fills:
+        fill(first)
+    request.inputs.add(name="INPUT1", datatype="INT32", shape=[1, 16]).contents.int_contents.extend([1] * 16)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(request)
+    assert (caught.value.code(), caught.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, text)
