@@ -46,6 +46,7 @@ from gateway.workers import (
 )
 from protos import codec
 from protos import grpc_service_pb2 as pb
+from protos.cnum import parse_version
 from protos.identity import GATEWAY_EXTENSIONS, server_metadata
 from protos.logs import (
     REQUEST_ID,
@@ -137,6 +138,7 @@ class Gateway:
         )
 
     async def model_ready(self, request: pb.ModelReadyRequest) -> bool:
+        parse_version(request.version)  # Triton reads the version first
         experiments = self._dispatcher.experiments
         if experiments.get(request.name) is not None:
             # An experiment's called name is as ready as the arm that answers for it.
@@ -166,6 +168,7 @@ class Gateway:
         """`method` answered by the sidecar serving the model `request` names, and whether
         an experiment's arm answered for that name (the request then asks the arm that
         stands for it, and the caller puts the called name back)."""
+        parse_version(request.version)  # Triton reads the version first
         front = self._dispatcher.experiments.front(request.name, request.version)
         if front is None:
             client = await self._owner(request.name)
@@ -193,6 +196,8 @@ class Gateway:
         (only the gRPC front passes it), forwarded as is unless the gateway must change it."""
         if self._draining:
             raise unavailable(SERVER_EXITING)
+        if request.model_version:
+            parse_version(request.model_version)  # Triton reads the version first
         started = time.perf_counter()
         model = request.model_name
         protocol = "grpc" if encoded is not None else "http"
@@ -288,11 +293,10 @@ class Gateway:
     async def model_statistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
         """Every replica's counters, summed per model version (the fleet as one Triton)."""
         if request.name:
+            parse_version(request.version)  # Triton reads the version first
             client = await self._registry.find(request.name)
             if client is None:
-                if not request.version:
-                    raise invalid_arg(f"requested model '{request.name}' is not available")
-                raise unknown_model(request.name)
+                raise invalid_arg(f"requested model '{request.name}' is not available")
             replicas = self._registry.peers(client) or (client,)
             if len(replicas) == 1:
                 answer = await client.call("ModelStatistics", request, pb.ModelStatisticsResponse)
@@ -332,6 +336,9 @@ class Gateway:
         return combine_statistics([answer, counted])
 
     async def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
+        if request.repository_name:
+            raise unsupported(REPOSITORY_NAME_UNSUPPORTED)
+
         async def listing(client: SidecarClient) -> tuple[str, Any]:
             answer = await client.call("RepositoryIndex", request, pb.RepositoryIndexResponse)
             return client.framework, answer.models

@@ -171,8 +171,9 @@ class SharedMemory:
         self, request: pb.ModelInferRequest, version: str
     ) -> tuple[pb.ModelInferRequest, dict[str, tuple[str, int, int]]]:
         """A copy of `request` for `version` with its input regions read into raw contents
-        and its output regions stripped; returns it and the output regions, by output name."""
-        self.check_enabled()
+        and its output regions stripped; returns it and the output regions, by output name.
+        As in current Triton, nothing asks whether client shared memory is allowed here:
+        without it no region exists, so a request naming one is told it is not found."""
         forward = pb.ModelInferRequest()
         forward.CopyFrom(request)
         forward.model_version = version
@@ -205,6 +206,8 @@ class SharedMemory:
             params = output.parameters
             if SHM_REGION in params:
                 region, offset, byte_size = _shm_parameters(output.name, params)
+                if "classification" in params:
+                    raise invalid_arg("output can't set both 'shared_memory_region' and 'classification'")
                 self.check_output(region, offset, byte_size)
                 targets[output.name] = (region, offset, byte_size)
                 _strip_shm(params)
@@ -246,25 +249,28 @@ class SharedMemory:
         self.check_enabled()  # nothing can be registered, so there is nothing to release
 
 
-def _parameter_int(params: Any, key: str) -> int | None:
+def _shm_parameters(tensor: str, params: Any) -> tuple[str, int, int]:
+    """A tensor's region, offset and byte size, read as Triton's gRPC front reads them."""
+    region = params[SHM_REGION]
+    if region.WhichOneof("parameter_choice") != "string_param":
+        raise invalid_arg(
+            f"invalid value type for '{SHM_REGION}' parameter for tensor '{tensor}', expected string_param."
+        )
+    offset = _shm_int(params, SHM_OFFSET, tensor)
+    byte_size = _shm_int(params, SHM_BYTE_SIZE, tensor)
+    if byte_size is None:
+        raise invalid_arg(
+            f"'{SHM_BYTE_SIZE}' must be specified along with '{SHM_REGION}' parameter for tensor '{tensor}'"
+        )
+    return str(region.string_param), offset or 0, byte_size
+
+
+def _shm_int(params: Any, key: str, tensor: str) -> int | None:
     if key not in params:
         return None
-    value = params[key]
-    choice = value.WhichOneof("parameter_choice")
-    if choice in ("int64_param", "uint64_param"):
-        return int(getattr(value, choice))
-    raise invalid_arg(f"invalid value type for '{key}' parameter, expected int64_param or uint64_param.")
-
-
-def _shm_parameters(tensor: str, params: Any) -> tuple[str, int, int]:
-    region_param = params[SHM_REGION]
-    if region_param.WhichOneof("parameter_choice") != "string_param":
-        raise invalid_arg(f"invalid value type for '{SHM_REGION}' parameter, expected string_param.")
-    byte_size = _parameter_int(params, SHM_BYTE_SIZE)
-    if byte_size is None:
-        raise invalid_arg(f"'{SHM_BYTE_SIZE}' must be specified with '{SHM_REGION}' for tensor '{tensor}'")
-    offset = _parameter_int(params, SHM_OFFSET) or 0
-    return str(region_param.string_param), offset, byte_size
+    if params[key].WhichOneof("parameter_choice") != "int64_param":
+        raise invalid_arg(f"invalid value type for '{key}' parameter for tensor '{tensor}', expected int64_param.")
+    return int(params[key].int64_param)
 
 
 def _strip_shm(params: Any) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from protos import layout
 from protos import model_config_pb2 as mc
+from protos.cnum import parse_version
 from protos.statistics import VersionStatistics
 from protos.status import TurnoutError, internal, invalid_arg, not_found, unavailable
 from sidecars.batcher import DynamicBatcher
@@ -393,7 +394,9 @@ class ModelManager:
     # -- lookups -------------------------------------------------------------------------
 
     def resolve(self, name: str, version_text: str) -> LoadedVersion:
-        """The READY version a request names ("" = the newest READY one), or Triton's error."""
+        """The READY version a request names ("" = the newest READY one), or Triton's error
+        (the version's text is read first, as Triton does)."""
+        version = parse_version(version_text)
         entry = self.models.get(name)
         if entry is None or not entry.versions:
             hint = ""
@@ -403,7 +406,6 @@ class ModelManager:
                     f"load it with POST /v2/repository/models/{name}/load)"
                 )
             raise not_found(f"Request for unknown model: '{name}' is not found{hint}")
-        version = parse_version(version_text) if version_text else -1
         if version < 0:
             for version in sorted(entry.versions, reverse=True):
                 slot = entry.versions[version]
@@ -418,6 +420,8 @@ class ModelManager:
         return found.loaded
 
     def is_model_ready(self, name: str, version_text: str) -> bool:
+        """Whether that version is READY; a version text Triton cannot read is refused."""
+        parse_version(version_text)
         try:
             self.resolve(name, version_text)
         except TurnoutError:
@@ -503,14 +507,3 @@ class ModelManager:
 def _replayed(replay: Replay | None) -> tuple[mc.ModelConfig | None, dict[str, bytes] | None]:
     """load()'s override and files for a journal entry (none: the repository's model)."""
     return (replay.override, replay.files) if replay is not None else (None, None)
-
-
-def parse_version(text: str) -> int:
-    """A request's version string; -1 (like "") means the newest READY version."""
-    try:
-        return int(text)
-    except ValueError:
-        raise invalid_arg(
-            f"failed to get model version from specified version string '{text}' (details: stol), "
-            "version should be an integral value > 0"
-        ) from None

@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
+from protos.cnum import parse_version
 from protos.identity import SIDECAR_EXTENSIONS, server_metadata
 from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_response, log_updates
 from protos.rpc import METHODS, abort_call
@@ -337,15 +338,15 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
     @rpc
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
         if request.name:
-            if request.version:
-                try:
-                    versions = [self.manager.resolve(request.name, request.version)]
-                except TurnoutError:
-                    versions = []
-            else:
-                versions = self.manager.ready_versions(request.name)
+            # Triton's order and words: the version's text, then whether any version is ready.
+            wanted = parse_version(request.version)
+            versions = self.manager.ready_versions(request.name)
             if not versions:
                 raise invalid_arg(f"requested model '{request.name}' is not available")
+            if wanted >= 0:
+                versions = [v for v in versions if v.version == wanted]
+                if not versions:
+                    raise invalid_arg(f"requested model version is not available for model '{request.name}'")
         else:
             versions = [v for name in self.manager.model_names() for v in self.manager.ready_versions(name)]
         response = pb.ModelStatisticsResponse()

@@ -116,16 +116,16 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     in the order core's map of them does (`sidecars.input_order`)."""
     model = signature.model
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
+    if request.parameters:
+        _check_parameters(request.parameters)
     # Triton refuses a repeated name as it builds the request, before checking it.
     _refuse_repeats((tensor.name for tensor in request.inputs), "input", prefix)
     _refuse_repeats((output.name for output in request.outputs), "output", prefix)
     tensors = request.inputs
     raw = request.raw_input_contents
     for position, tensor in enumerate(tensors):  # each input's data, as the request is built
-        if "shared_memory_region" in tensor.parameters:
-            raise unsupported(
-                f"shared memory input '{tensor.name}' must be resolved by the gateway before model '{model}'"
-            )
+        if tensor.parameters:
+            _check_no_region(tensor.name, tensor.parameters, model)
         if raw and tensor.HasField("contents"):
             raise invalid_arg(
                 f"contents field must not be specified when using raw_input_contents for '{tensor.name}' "
@@ -193,7 +193,8 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
 
     parameters = request.parameters
     priority = _uint_parameter(parameters["priority"]) if "priority" in parameters else 0
-    timeout = _uint_parameter(parameters["timeout"]) if "timeout" in parameters else None
+    # A negative int64 timeout is a uint64 to Triton: no timeout to speak of.
+    timeout = _uint_parameter(parameters["timeout"]) % 2**64 if "timeout" in parameters else None
     key.sort()
     sequence = read_sequence(parameters) if "sequence_id" in parameters or "sequence_start" in parameters else None
     own = _own_parameters(parameters) if parameters else {}
@@ -260,6 +261,34 @@ def _check_dims(
         f"{prefix}unexpected shape for input '{name}' for model '{model}'. "
         f"Expected {codec.shape_text(signature.full_dims(spec))}, got {codec.shape_text(shape)}.{note}"
     )
+
+
+# What Triton's gRPC front lets each request parameter hold (its own checks and words);
+# uint64 ids and timeouts come from the HTTP front, for values past int64.
+_PARAMETER_KINDS = {
+    "sequence_id": (("int64_param", "string_param", "uint64_param"), "int64_param or string_param"),
+    "sequence_start": (("bool_param",), "bool_param"),
+    "sequence_end": (("bool_param",), "bool_param"),
+    "priority": (("int64_param", "uint64_param"), "int64_param or uint64_param"),
+    "timeout": (("int64_param", "uint64_param"), "int64_param"),
+    "triton_enable_empty_final_response": (("bool_param",), "bool_param"),
+}
+_ANY_KIND = (("int64_param", "bool_param", "string_param", "double_param"), "int64_param, bool_param, or string_param")
+_TRITON_PARAMETERS = ("triton_enable_empty_final_response",)
+
+
+def _check_parameters(parameters: Any) -> None:
+    for key, parameter in parameters.items():
+        if key.startswith("triton_") and key not in _TRITON_PARAMETERS:
+            raise invalid_arg(
+                "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys "
+                "starting with 'triton_' are allowed: " + " ".join(_TRITON_PARAMETERS)
+            )
+        kinds, words = _PARAMETER_KINDS.get(key, _ANY_KIND)
+        if parameter.WhichOneof("parameter_choice") not in kinds:
+            raise invalid_arg(f"invalid value type for '{key}' parameter, expected {words}.")
+        if key == "priority" and parameter.HasField("int64_param") and parameter.int64_param < 0:
+            raise invalid_arg("invalid value for 'priority', expected value >= 0.")
 
 
 # Parameters Triton's core consumes; a model never sees them.
@@ -345,20 +374,45 @@ def _check_contents(tensor: pb.ModelInferRequest.InferInputTensor, model: str) -
         supplied = True
 
 
+def _check_no_region(tensor: str, parameters: Any, model: str) -> None:
+    """The gateway resolves a tensor's shared memory region before the request comes here;
+    what is left of one is Triton's error."""
+    if "shared_memory_region" in parameters:
+        raise unsupported(f"shared memory tensor '{tensor}' must be resolved by the gateway before model '{model}'")
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        if key in parameters:
+            raise invalid_arg(
+                f"'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+            )
+
+
 def _no_data(name: str, model: str) -> TurnoutError:
     return invalid_arg(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
 
 
 def _requested_outputs(request: pb.ModelInferRequest, signature: Signature) -> list[RequestedOutput]:
+    """The outputs to send back. Triton's gRPC front reads each one's `classification`
+    (an int64 above 0) before its core checks the names."""
+    counts = []
+    for output in request.outputs:
+        if output.parameters:
+            _check_no_region(output.name, output.parameters, signature.model)
+        count = 0
+        if "classification" in output.parameters:
+            parameter = output.parameters["classification"]
+            if parameter.WhichOneof("parameter_choice") != "int64_param":
+                raise invalid_arg("invalid value type for 'classification' parameter, expected int64_param")
+            count = parameter.int64_param
+            if count <= 0:
+                raise invalid_arg("invalid value for 'classification' parameter, expected >= 0")
+        counts.append(count)
     if not request.outputs:
         return [RequestedOutput(name, 0) for name in signature.outputs]
     requested = []
-    for output in request.outputs:
+    for output, count in zip(request.outputs, counts, strict=True):
         if output.name not in signature.outputs:
             raise invalid_arg(f"unexpected inference output '{output.name}' for model '{signature.model}'")
-        parameters = output.parameters
-        class_count = _uint_parameter(parameters["classification"]) if "classification" in parameters else 0
-        requested.append(RequestedOutput(output.name, max(class_count, 0)))
+        requested.append(RequestedOutput(output.name, count))
     return requested
 
 

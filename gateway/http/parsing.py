@@ -450,7 +450,8 @@ def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRende
         return
     if "classification" in params:
         classes = _as_uint(params["classification"], "classification", "Unable to set")
-        output.parameters["classification"].int64_param = classes
+        if classes:  # 0 asks for the tensor itself over HTTP; past int64, every class
+            output.parameters["classification"].int64_param = min(classes, _INT64_MAX)
     if "shared_memory_region" in params:
         _copy_shm_parameters(params, output.parameters)
         rendering.shared_memory.add(name)

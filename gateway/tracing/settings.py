@@ -18,6 +18,7 @@ from typing import Any
 
 from gateway.tracing.config import LEVEL_ORDER, TraceConfig, TraceMode
 from gateway.tracing.files import TraceFile, TraceFiles
+from protos.cnum import c_stoi
 from protos.status import invalid_arg, unsupported
 
 UINT32_MAX = 2**32 - 1
@@ -261,7 +262,7 @@ def parse_setting(key: str, values: Sequence[str], http: bool = False) -> object
     text = values[0]
     low, high = (-1, INT32_MAX) if key == "trace_count" else (0, UINT32_MAX)
     try:
-        number = stoi(text)
+        number = c_stoi(text)
     except ValueError:
         raise invalid_arg(f"Unable to parse '{key}', got: {text}") from None
     except OverflowError:
@@ -272,24 +273,3 @@ def parse_setting(key: str, values: Sequence[str], http: bool = False) -> object
             raise invalid_arg(f"Unable to parse 'trace_count'. Expecting value >= -1, {got}{text}")
         return number
     return number % 2**32  # an int read into Triton's uint32
-
-
-_SPACE = " \t\n\v\f\r"
-
-
-def stoi(text: str) -> int:
-    """C++'s std::stoi: leading white space, a sign and decimal digits, the rest of the
-    text ignored; ValueError where it finds no number, OverflowError past int32."""
-    body = text.lstrip(_SPACE)
-    sign = body[:1] if body[:1] in ("+", "-") else ""
-    digits = ""
-    for char in body[len(sign) :]:
-        if not "0" <= char <= "9":
-            break
-        digits += char
-    if not digits:
-        raise ValueError(text)
-    number = int(sign + digits)
-    if not -INT32_MAX - 1 <= number <= INT32_MAX:
-        raise OverflowError(text)
-    return number

@@ -678,16 +678,27 @@ async def test_a_poll_leaves_an_unchanged_model_loaded_as_it_was(repository: Pat
 # -- version resolution -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version_text", ["", "-1"])
-async def test_an_empty_or_minus_one_version_resolves_to_the_newest_ready_version(
-    repository: Path, managers: ManagerFactory, version_text: str
+async def test_an_empty_version_resolves_to_the_newest_ready_version(
+    repository: Path, managers: ManagerFactory
 ) -> None:
     make_models.write_linear(repository)
     manager = managers(repository, "none")
     await manager.start()
 
-    assert manager.resolve("linear", version_text).version == 2
+    assert manager.resolve("linear", "").version == 2
     assert manager.resolve("linear", "1").version == 1
+    assert manager.resolve("linear", " 1st").version == 1  # std::stol reads the leading number, as Triton
+    for text, words in (
+        ("-1", "invalid model version specified '-1' , version should be an integral value > 0"),
+        (
+            "x",
+            "failed to get model version from specified version string 'x' (details: stol), "
+            "version should be an integral value > 0",
+        ),
+    ):
+        with pytest.raises(TurnoutError) as caught:
+            manager.resolve("linear", text)
+        assert (caught.value.status, caught.value.message) == (Status.INVALID_ARG, words)
 
 
 async def test_the_newest_ready_version_skips_a_newer_version_that_failed_to_load(
@@ -738,7 +749,11 @@ async def test_a_model_or_version_that_cannot_be_resolved_gives_tritons_error(
         manager.resolve(model, version_text)
 
     assert (raised.value.status, raised.value.message) == (status, message)
-    assert not manager.is_model_ready(model, version_text)
+    if status is Status.INVALID_ARG:  # Triton's ModelReady refuses a version it cannot read
+        with pytest.raises(TurnoutError):
+            manager.is_model_ready(model, version_text)
+    else:
+        assert not manager.is_model_ready(model, version_text)
 
 
 async def test_a_model_in_the_repository_but_never_loaded_is_unknown_to_requests_saying_how_to_load_it(
