@@ -138,7 +138,7 @@ class Gateway:
         )
 
     async def model_ready(self, request: pb.ModelReadyRequest) -> bool:
-        parse_version(request.version)  # Triton reads the version first
+        self._check_version(request.name, request.version)
         experiments = self._dispatcher.experiments
         if experiments.get(request.name) is not None:
             # An experiment's called name is as ready as the arm that answers for it.
@@ -161,6 +161,12 @@ class Gateway:
             return not await self.ensembles.refusal(request.name, request.version)
         return bool(response.ready)
 
+    def _check_version(self, model: str, version: str) -> None:
+        """Triton reads a request's version before it looks the model up; an experiment's
+        called name takes its arms' names as versions instead."""
+        if version and self._dispatcher.experiments.get(model) is None:
+            parse_version(version)
+
     def server_metadata(self) -> pb.ServerMetadataResponse:
         return self._metadata
 
@@ -168,7 +174,7 @@ class Gateway:
         """`method` answered by the sidecar serving the model `request` names, and whether
         an experiment's arm answered for that name (the request then asks the arm that
         stands for it, and the caller puts the called name back)."""
-        parse_version(request.version)  # Triton reads the version first
+        self._check_version(request.name, request.version)
         front = self._dispatcher.experiments.front(request.name, request.version)
         if front is None:
             client = await self._owner(request.name)
@@ -197,7 +203,7 @@ class Gateway:
         if self._draining:
             raise unavailable(SERVER_EXITING)
         if request.model_version:
-            parse_version(request.model_version)  # Triton reads the version first
+            self._check_version(request.model_name, request.model_version)
         started = time.perf_counter()
         model = request.model_name
         protocol = "grpc" if encoded is not None else "http"
@@ -293,7 +299,7 @@ class Gateway:
     async def model_statistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
         """Every replica's counters, summed per model version (the fleet as one Triton)."""
         if request.name:
-            parse_version(request.version)  # Triton reads the version first
+            self._check_version(request.name, request.version)
             client = await self._registry.find(request.name)
             if client is None:
                 raise invalid_arg(f"requested model '{request.name}' is not available")
