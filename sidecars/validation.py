@@ -150,7 +150,7 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
             specs[position] = _spec_of(tensor.name, signature)
             if not tensor.shape:
                 raise invalid_arg(
-                    f"input '{tensor.name}' has no shape but model requires batch dimension for '{model}'"
+                    f"{prefix}input '{tensor.name}' has no shape but model requires batch dimension for '{model}'"
                 )
             if batch_size == 0:
                 batch_size = tensor.shape[0]
@@ -168,8 +168,9 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     for position, spec in specs.items():
         tensor = tensors[position]
         if tensor.datatype != spec.datatype.name:
+            declared = tensor.datatype if tensor.datatype in BY_NAME else "<invalid>"  # as Triton prints one it lacks
             raise invalid_arg(
-                f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                f"{prefix}inference input '{tensor.name}' data-type is '{declared}', "
                 f"but model '{model}' expects '{spec.datatype.name}'"
             )
         shape = list(tensor.shape)

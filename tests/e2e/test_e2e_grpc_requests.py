@@ -81,6 +81,15 @@ INFER_ROWS = [
         lambda r: _parameter(r.inputs[0], "shared_memory_offset", int64_param=0),
         "'shared_memory_offset' can not be specified without 'shared_memory_region' parameter for tensor 'INPUT0'",
     ),
+    (
+        lambda r: setattr(r.inputs[1], "datatype", "int32"),  # datatypes are case-sensitive
+        "[request id: <id_unknown>] inference input 'INPUT1' data-type is '<invalid>', but model 'simple' expects "
+        "'INT32'",
+    ),
+    (
+        lambda r: r.inputs[1].ClearField("shape"),
+        "[request id: <id_unknown>] input 'INPUT1' has no shape but model requires batch dimension for 'simple'",
+    ),
     (lambda r: setattr(r, "model_version", "-1"), f"invalid model version specified '-1' , {STOL}"),
     (
         lambda r: setattr(r, "model_version", "x"),
