@@ -396,7 +396,9 @@ class ModelManager:
     def resolve(self, name: str, version_text: str) -> LoadedVersion:
         """The READY version a request names ("" = the newest READY one), or Triton's error
         (the version's text is read first, as Triton does)."""
-        version = parse_version(version_text)
+        return self._resolve(name, parse_version(version_text))
+
+    def _resolve(self, name: str, version: int) -> LoadedVersion:
         entry = self.models.get(name)
         if entry is None or not entry.versions:
             hint = ""
@@ -421,9 +423,9 @@ class ModelManager:
 
     def is_model_ready(self, name: str, version_text: str) -> bool:
         """Whether that version is READY; a version text Triton cannot read is refused."""
-        parse_version(version_text)
+        version = parse_version(version_text)
         try:
-            self.resolve(name, version_text)
+            self._resolve(name, version)
         except TurnoutError:
             return False
         return True

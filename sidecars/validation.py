@@ -94,10 +94,6 @@ def _names_text(names: Any) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
-def _dims_match(expected: tuple[int, ...], got: list[int]) -> bool:
-    return len(expected) == len(got) and all(e == -1 or e == g for e, g in zip(expected, got, strict=True))
-
-
 def _uint_parameter(parameter: pb.InferParameter) -> int:
     which = parameter.WhichOneof("parameter_choice")
     if which == "int64_param":
@@ -369,9 +365,8 @@ def _check_contents(tensor: pb.ModelInferRequest.InferInputTensor, model: str) -
         where = f"unexpected explicit tensor data for input tensor '{tensor.name}' for model '{model}'"
         if supplied:
             raise invalid_arg(f"{where}, binary data was already supplied.")
-        held = declared if declared in holds else holds[-1]
-        if held != declared:
-            raise invalid_arg(f"{where} of type '{held}', expected datatype '{declared}'")
+        if declared not in holds:
+            raise invalid_arg(f"{where} of type '{holds[-1]}', expected datatype '{declared}'")
         supplied = True
 
 
