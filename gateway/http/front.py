@@ -11,7 +11,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
@@ -59,7 +59,7 @@ from protos.grpc_service_pb2 import (
     SystemSharedMemoryUnregisterRequest,
     TraceSettingRequest,
 )
-from protos.status import TurnoutError, invalid_arg, unsupported
+from protos.status import Cause, TurnoutError, invalid_arg, unsupported
 
 TooLarge = Callable[[int], TurnoutError]
 
@@ -181,6 +181,9 @@ async def _read(request: Request, limit: int, encoding: str | None, too_large: T
         raise
 
 
+_T = TypeVar("_T")
+
+
 class _ClientGone(Exception):
     """The HTTP client closed its connection before its answer was ready."""
 
@@ -192,7 +195,7 @@ async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) ->
     handler.cancel()
 
 
-async def _while_connected(request: Request, work: Awaitable[bytes]) -> bytes:
+async def _while_connected(request: Request, work: Awaitable[_T]) -> _T:
     """Await `work` unless the client goes away first; then cancel it, which tells the
     sidecar to drop the request (the lane's CANCEL frame, or the gRPC call's cancel), and
     raise _ClientGone. uvicorn does not cancel a handler whose client left."""
@@ -399,9 +402,14 @@ class HttpFront:
         """Triton's generate extension: a flat JSON body in, the response as flat JSON; with
         `stream`, each response of the model (a decoupled one sends several) as one
         server-sent event, an error as an event with an `error` key."""
-        document = await self._document(request, required=True)
+        # Triton's order: the model first, then the encoding (generate takes no compressed
+        # body), then the body.
         answer = await self._gateway.model_config(ModelConfigRequest(name=name, version=version))
-        infer_request = generate_request(document, name, version, answer.config)
+        if request.headers.get("content-encoding", "identity") not in ("", "identity"):
+            raise invalid_arg("Unsupported content-encoding, only 'identity' is supported.")
+        document = await self._document(request, required=True)
+        limit = self._settings.http_max_input_size
+        infer_request = generate_request(document, name, version, answer.config, limit)
         context = RequestContext(request.headers)
         if not stream:
             parts: list[bytes | TurnoutError] = []
@@ -427,15 +435,26 @@ class HttpFront:
             finally:
                 events.put_nowait(None)
 
+        task = asyncio.create_task(run())
+        try:
+            first = await _while_connected(request, events.get())
+        except BaseException:
+            task.cancel()
+            raise
+        if isinstance(first, TurnoutError) and first.cause is not Cause.RESPONSE:
+            # Refused before it ran: Triton answers that as any request, not as a stream.
+            raise first
+
         async def send() -> AsyncIterator[bytes]:
-            task = asyncio.create_task(run())
+            event = first
             try:
-                while (event := await events.get()) is not None:
+                while event is not None:
                     if isinstance(event, TurnoutError):
                         body: dict[str, Any] = {"error": event.message}
                     else:
                         body = generate_response(ModelInferResponse.FromString(event))
                     yield b"data: " + json_compact(body) + b"\n\n"
+                    event = await events.get()
             finally:
                 task.cancel()  # the client left before the model finished
 

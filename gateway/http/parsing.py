@@ -316,6 +316,7 @@ def _copy_shm_parameters(source: Mapping[str, Any], target: Any) -> None:
 
 
 _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
+_SHAPE_SHORT = "Failed to parse 'data' field: shape does not match true shape"  # 2.51 said _SHAPE_MISMATCH
 _NESTING = f"JSON nesting depth exceeds maximum allowed limit ({MAX_DATA_NESTING})"
 
 _NOT_A = "attempt to access JSON non-{0} as {0}"
@@ -384,14 +385,8 @@ def _json_to_raw(data: list[Any], name: str, datatype: str, count: int, max_inpu
     the shape's element count, or -1 for a wrapped (past INT64_MAX) wildcard dim."""
     dtype = datatypes.from_name(datatype)
     if dtype is not None and dtype.name == "BYTES":
-        strings = _flatten(data, "BYTES", None)
-        try:
-            # Raw bytes in a string (which Triton's parser keeps) arrive surrogate-escaped.
-            elements = [s.encode("utf-8", "surrogateescape") for s in strings]
-        except UnicodeEncodeError:
-            raise internal(_SURROGATE) from None
-        byte_size = sum(len(e) + 4 for e in elements)
-        _check_json_size(name, byte_size, max_input_size)
+        elements = json_strings(data)
+        _check_json_size(name, sum(len(e) + 4 for e in elements), max_input_size)
         return codec.serialize_bytes(elements)
     if dtype is not None and dtype.size:
         if dtype.size > 1 and count > _INT64_MAX // dtype.size:
@@ -400,15 +395,32 @@ def _json_to_raw(data: list[Any], name: str, datatype: str, count: int, max_inpu
                 f"exceeds maximum allowed size ({_INT64_MAX})"
             )
         _check_json_size(name, (count * dtype.size) % 2**64, max_input_size)  # size_t, as Triton computes it
+    return json_values(data, name, datatype, count)
+
+
+def json_strings(data: list[Any]) -> list[bytes]:
+    """The elements of a BYTES tensor's JSON `data`, each string as the bytes it carries."""
+    strings = _flatten(data, "BYTES", None)
+    try:
+        # Raw bytes in a string (which Triton's parser keeps) arrive surrogate-escaped.
+        return [s.encode("utf-8", "surrogateescape") for s in strings]
+    except UnicodeEncodeError:
+        raise internal(_SURROGATE) from None
+
+
+def json_values(data: list[Any], name: str, datatype: str, count: int) -> bytes:
+    """The `count` elements of a fixed-size tensor's JSON `data` as raw bytes, read as
+    Triton's ReadDataFromJson reads them (its texts, in its order)."""
     if datatype in ("FP16", "BF16"):
         raise invalid_arg(
             f"receiving {datatype} data via JSON is not supported. Please use the binary data format for input {name}"
         )
+    dtype = datatypes.from_name(datatype)
     if dtype is None or dtype.numpy is None:
         raise invalid_arg(f"invalid datatype for input {name}")
     flat = _flatten(data, dtype.name, count)
-    if len(flat) != count:
-        raise internal(_SHAPE_MISMATCH)
+    if len(flat) != count:  # fewer than the shape holds (more stop in the walk)
+        raise internal(_SHAPE_SHORT)
     wide = _WIDE.get(dtype.name)
     if wide is not None:
         # Triton reads every integer as 64 bits and casts it to the datatype: past its

@@ -38,6 +38,35 @@ def test_generate_refuses_what_it_cannot_take(up: Server) -> None:
     assert "nope" in unknown.json()["error"]
 
 
+def test_generate_stream_refused_before_it_runs_is_a_plain_error(up: Server) -> None:
+    # As Triton: a request the server refuses is answered as any request is; only what the
+    # model answers travels as events.
+    body = {"INPUT0": list(range(16))}
+    response = httpx.post(f"http://{up.http}/v2/models/simple/generate_stream", json=body)
+    assert (response.status_code, response.headers["content-type"]) == (400, "application/json")
+    assert response.json()["error"] == (
+        "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) "
+        "['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s)."
+    )
+    # Two rows' worth of elements is a batch of two, shaped by the model's input shape.
+    body = {"INPUT0": list(range(32)), "INPUT1": [1] * 32}
+    with httpx.stream("POST", f"http://{up.http}/v2/models/simple/generate_stream", json=body) as streamed:
+        assert streamed.status_code == 200
+        lines = [line for line in streamed.iter_lines() if line]
+    assert lines == [
+        "data: "
+        + json.dumps(
+            {
+                "OUTPUT0": list(range(1, 33)),
+                "OUTPUT1": list(range(-1, 31)),
+                "model_name": "simple",
+                "model_version": "1",
+            },
+            separators=(",", ":"),
+        )
+    ]
+
+
 def _stream(server: Server, values: list[int], **options: Any) -> list[Any]:
     return stream_repeat(server.grpc, values, **options)
 
