@@ -24,6 +24,7 @@ from protos.datatypes import from_name
 from protos.ensemble_steps import check_step_configs
 from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import TurnoutError, invalid_arg, not_found, unsupported
+from protos.validation import validate
 
 ENSEMBLE_FRAMEWORK = "ensemble"
 CLASSIFICATION = "classification"
@@ -136,9 +137,12 @@ class Ensembles:
         started = time.perf_counter_ns()
         plan = await self._plan(request.model_name, version)
         stats = self._statistics.setdefault((plan.name, plan.version), VersionStatistics())
+        # Refused here, as Triton's core refuses any request before it runs (its texts,
+        # naming the ensemble, in its order): not counted in the ensemble's statistics.
+        batch_size = validate(request, plan.signature).batch_size
+        tensors = _request_tensors(request, plan.name)
+        wanted = _wanted_outputs(request, plan)
         try:
-            tensors, batch_size = _request_tensors(request, plan)
-            wanted = _wanted_outputs(request, plan)
             queued_ns = time.perf_counter_ns() - started
             await self._run_steps(plan, request, tensors, wanted, context)
             response = _response(request, plan, tensors, wanted)
@@ -289,53 +293,18 @@ def in_ensemble(ensemble: str, error: TurnoutError) -> TurnoutError:
     return TurnoutError(error.status, f"in ensemble '{ensemble}', {error.message}")
 
 
-def _request_tensors(request: pb.ModelInferRequest, plan: Plan) -> tuple[dict[str, Tensor], int]:
-    """The ensemble's inputs as raw tensors, with Triton's texts for inputs the ensemble
-    does not take or lacks; typed `contents` are encoded once, here. Shapes and byte
-    sizes are left to the steps' sidecars, which word those errors."""
-    model = plan.name
-    prefix = f"[request id: {request.id or '<id_unknown>'}] "
-    given = [t.name for t in request.inputs]
-    required = [name for name, spec in plan.inputs.items() if not spec.optional]
-    missing = [name for name in required if name not in given]
-    if missing:
-        if len(required) == len(plan.inputs):
-            expected = f"expected {len(required)} inputs"
-        else:
-            expected = f"expected number of inputs between {len(required)} and {len(plan.inputs)}"
-        raise invalid_arg(
-            f"{prefix}{expected} but got {len(given)} inputs for model '{model}'. Got input(s) {_names(given)}, "
-            f"but missing required input(s) {_names(missing)}. Please provide all required input(s)."
+def _request_tensors(request: pb.ModelInferRequest, model: str) -> dict[str, Tensor]:
+    """The inputs of a request validated against the ensemble, as raw tensors; typed
+    `contents` are encoded once, here."""
+    raw = request.raw_input_contents  # validated: raw for every input, or contents for every input
+    return {
+        tensor.name: Tensor(
+            tensor.datatype,
+            tuple(tensor.shape),
+            _encode_contents(tensor, model) if tensor.HasField("contents") else raw[position],
         )
-    tensors: dict[str, Tensor] = {}
-    raw = request.raw_input_contents
-    next_raw = 0
-    batch_size = 1
-    for tensor in request.inputs:
-        spec = plan.inputs.get(tensor.name)
-        if spec is None:
-            raise invalid_arg(f"unexpected inference input '{tensor.name}' for model '{model}'")
-        if tensor.datatype != spec.datatype:
-            raise invalid_arg(
-                f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
-                f"but model '{model}' expects '{spec.datatype}'"
-            )
-        shape = tuple(tensor.shape)
-        if plan.max_batch_size > 0 and shape:
-            batch_size = shape[0]
-            if batch_size > plan.max_batch_size:
-                raise invalid_arg(
-                    f"{prefix}inference request batch-size must be <= {plan.max_batch_size} for '{model}'"
-                )
-        if tensor.HasField("contents"):
-            data = _encode_contents(tensor, model)
-        elif next_raw < len(raw):
-            data = raw[next_raw]
-            next_raw += 1
-        else:
-            raise invalid_arg(f"unable to find data for input tensor '{tensor.name}' for model '{model}' in request.")
-        tensors[tensor.name] = Tensor(tensor.datatype, shape, data)
-    return tensors, batch_size
+        for position, tensor in enumerate(request.inputs)
+    }
 
 
 def _encode_contents(tensor: pb.ModelInferRequest.InferInputTensor, model: str) -> bytes:
@@ -358,9 +327,7 @@ def _wanted_outputs(
     if not request.outputs:
         return {name: pb.ModelInferRequest.InferRequestedOutputTensor(name=name) for name in plan.outputs}
     wanted = {}
-    for output in request.outputs:
-        if output.name not in plan.outputs:
-            raise invalid_arg(f"unexpected inference output '{output.name}' for model '{plan.name}'")
+    for output in request.outputs:  # validated: each one an output of the ensemble
         if CLASSIFICATION in output.parameters and output.name in plan.consumed:
             # The step that computes it classifies it, and a later step would get the classes.
             raise unsupported(
@@ -395,7 +362,3 @@ def _deadlock(plan: Plan, request: pb.ModelInferRequest) -> TurnoutError:
         f"in ensemble '{plan.name}', {prefix}unexpected deadlock, at least one output is not set "
         "while no more ensemble steps can be made"
     )
-
-
-def _names(names: list[str]) -> str:
-    return "[" + ",".join(f"'{n}'" for n in names) + "]"

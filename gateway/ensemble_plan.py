@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from protos import model_config_pb2 as mc
 from protos.datatypes import from_config_name
+from protos.validation import Signature
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Plan:
     outputs: tuple[str, ...]  # ensemble outputs, config order
     steps: tuple[Step, ...]
     consumed: frozenset[str]  # tensors some step takes as input
+    signature: Signature  # what a request must be, checked as Triton's core checks it
 
 
 def build_plan(config: mc.ModelConfig, version: str) -> Plan:
@@ -56,7 +58,7 @@ def build_plan(config: mc.ModelConfig, version: str) -> Plan:
     inputs = {t.name: TensorSpec(t.name, _datatype(t.data_type), t.optional) for t in config.input}
     outputs = tuple(t.name for t in config.output)
     consumed = frozenset(tensor for step in steps for _, tensor in step.inputs)
-    return Plan(config.name, version, config.max_batch_size, inputs, outputs, steps, consumed)
+    return Plan(config.name, version, config.max_batch_size, inputs, outputs, steps, consumed, Signature(config))
 
 
 def _datatype(config_type: int) -> str:

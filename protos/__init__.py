@@ -5,7 +5,10 @@ the same way (one owner each).
   its methods, channel limits, TLS credentials, the one gRPC error ladder), `wire`
   (protobuf fields appended and walked by hand), `lane` (the gateway-sidecar infer lane),
   `trace` (what a traced request and its answer carry across that hop).
-- Tensors and requests: `datatypes`, `codec`, `sequence` (sequence id and flags).
+- Tensors and requests: `datatypes`, `codec`, `sequence` (sequence id and flags),
+  `validation` (a request against its model, as Triton's core checks it, in its order and
+  words; the sidecars before they queue it, the gateway before it runs an ensemble),
+  `input_order` (the order core walks a request's inputs in).
 - Errors: `status` (the error type and its HTTP and gRPC tables).
 - Servers: `identity` (server name, version, extensions), `ready` (the ready line),
   `flags` (shared command-line rules), `logs` (Triton's logging extension).

@@ -2,8 +2,8 @@
 model repository and serves them over the v2 gRPC service and the infer lane.
 
 - `__main__` (the command line), `settings`, `process` (composition root, lifecycle).
-- `server`: the v2 gRPC service; `validation`: each request against its model, with
-  Triton's texts; `responses`: ModelInferResponse building.
+- `server`: the v2 gRPC service (each request checked against its model by
+  `protos.validation`); `responses`: ModelInferResponse building.
 - `repository` (model folders, local or in an object store), `config` (config.pbtxt and
   overrides, the first stage of a load), `config_rules` (Triton core's configuration rules),
   `models` (ModelManager: versions, states, loads, unloads, polls),

@@ -18,9 +18,9 @@ import numpy as np
 from protos import model_config_pb2 as mc
 from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import Cause, Status, TurnoutError, internal, unavailable
+from protos.validation import ValidRequest
 from sidecars.batch_rules import BatchRules, Candidate, Plan
 from sidecars.runtime import ModelInstance, RequestInstance
-from sidecars.validation import ValidRequest
 
 
 class BackendFailure(TurnoutError):
@@ -198,6 +198,7 @@ class DynamicBatcher:
         if timeout_us:
             pending.timer = loop.call_later(timeout_us / 1e6, self._expire, pending)
         level.queue.append(pending)
+        request.queued = True
         self._queued += 1
         self._changed.set()
         try:

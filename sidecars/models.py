@@ -15,6 +15,7 @@ from protos import model_config_pb2 as mc
 from protos.cnum import parse_version
 from protos.statistics import VersionStatistics
 from protos.status import TurnoutError, internal, invalid_arg, not_found, unavailable
+from protos.validation import Signature
 from sidecars.batcher import DynamicBatcher
 from sidecars.config import load_failure, normalize, poll_config, poll_failure
 from sidecars.config_rules import (
@@ -42,7 +43,6 @@ from sidecars.runtime import ModelInstance, Runtime
 from sidecars.sequence import SequenceBatcher
 from sidecars.sequence_config import SequenceTensors
 from sidecars.settings import ControlMode, SidecarSettings
-from sidecars.validation import Signature
 from sidecars.warmup import warm_up
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import numpy as np
 from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos.datatypes import BY_NAME
-from sidecars.validation import Signature, ValidRequest
+from protos.validation import Signature, ValidRequest
 
 _BYTES = BY_NAME["BYTES"]
 

@@ -8,7 +8,6 @@ import importlib
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -19,7 +18,7 @@ from protos.status import TurnoutError, unavailable
 
 if TYPE_CHECKING:
     from protos.triton_metrics import Exposition
-    from sidecars.validation import ValidRequest
+    from protos.validation import Answer, ValidRequest
 
 # Imported lazily, so the ONNX image never imports torch or tensorrt.
 RUNTIMES: dict[str, str] = {
@@ -44,14 +43,6 @@ class ModelInstance(Protocol):
     def close(self) -> None:
         """Release the framework's resources; called once, after the last execute."""
         ...
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One request's outputs from a RequestInstance, and the response parameters its model set."""
-
-    outputs: dict[str, np.ndarray]
-    parameters: Mapping[str, bool | int | str] = field(default_factory=dict)
 
 
 @runtime_checkable

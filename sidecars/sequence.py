@@ -22,11 +22,11 @@ from protos import model_config_pb2 as mc
 from protos.sequence import SequenceFlags
 from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import Cause, Status, TurnoutError, invalid_arg, unavailable
+from protos.validation import ValidRequest
 from sidecars.batch_rules import BatchRules, Candidate
 from sidecars.batcher import BackendFailure, Result
 from sidecars.runtime import ModelInstance, RequestInstance
 from sidecars.sequence_config import FILLER, Row, SequenceTensors
-from sidecars.validation import ValidRequest
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +228,7 @@ class SequenceBatcher:
             self._backlogged.pop(correlation_id, None)
             self._last_seen.pop(correlation_id, None)
         self._queued += 1
+        request.queued = True
         return await pending.future
 
     def _check(self, request: ValidRequest, flags: SequenceFlags) -> None:

@@ -21,13 +21,12 @@ from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_
 from protos.rpc import METHODS, abort_call
 from protos.status import Cause, TurnoutError, invalid_arg, not_found, unavailable, unsupported
 from protos.trace import TRACE_PARAMETER, timestamps_text
+from protos.validation import Answer, validate
 from sidecars.batcher import BackendFailure, Result
 from sidecars.config import parse_override, poll_failure
 from sidecars.models import LoadedVersion, ModelManager
 from sidecars.responses import build_response, set_parameters
-from sidecars.runtime import Answer
 from sidecars.settings import ControlMode
-from sidecars.validation import validate
 
 log = logging.getLogger(__name__)
 
@@ -166,11 +165,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         loaded: LoadedVersion = self.manager.resolve(request.model_name, request.model_version)
         if loaded.config.model_transaction_policy.decoupled:
             raise unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")
-        reason = "OTHER"  # Triton's failure reason, by the step that failed
+        reason = "REJECTED"  # Triton's failure reason, by the step that failed
         valid = None
         try:
             valid = validate(request, loaded.signature)
-            reason = "REJECTED"
             result = await loaded.batcher.submit(valid)
             reason = "OTHER"
             response = build_response(
@@ -184,6 +182,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             log.warning("infer failed in the backend: %s", exc.message)
             raise
         except TurnoutError as exc:
+            if valid is None or not valid.queued:  # no model saw it: Triton counts it nowhere
+                log.info("infer failed (refused before it ran): %s", exc.message)
+                raise
             loaded.stats.record_failure(time.monotonic_ns() - start, reason)
             log.info("infer failed (%s): %s", reason, exc.message)
             raise
@@ -239,7 +240,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
                 set_parameters(response.parameters, answer.parameters)
                 yield response, last
         except TurnoutError as exc:
-            loaded.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
+            if valid is not None and valid.queued:  # else refused before any model saw it
+                loaded.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
             log.info("infer failed: %s", exc.message)
             raise
         except (asyncio.CancelledError, GeneratorExit):

@@ -111,7 +111,15 @@ def model_metadata(response: ModelMetadataResponse) -> dict[str, Any]:
 
 
 def statistics(response: ModelStatisticsResponse) -> dict[str, Any]:
-    return _to_dict(response)
+    """Each model's entry in Triton's key order: response_stats follows inference_stats
+    (the proto numbers it last)."""
+    document = _to_dict(response)
+    for index, entry in enumerate(document.get("model_stats", [])):
+        if "response_stats" in entry and "inference_stats" in entry:
+            keys = [key for key in entry if key != "response_stats"]
+            keys.insert(keys.index("inference_stats") + 1, "response_stats")
+            document["model_stats"][index] = {key: entry[key] for key in keys}
+    return document
 
 
 def repository_index(response: RepositoryIndexResponse) -> list[dict[str, Any]]:

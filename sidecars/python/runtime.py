@@ -26,13 +26,13 @@ import numpy as np
 from protos import model_config_pb2 as mc
 from protos.status import Status, TurnoutError, internal, unsupported
 from protos.triton_metrics import Exposition
+from protos.validation import Answer, ValidRequest
 from sidecars.backend_checks import require_model_file
 from sidecars.config import model_file
 from sidecars.python.channel import Channel, ChannelClosed, GatewayTls, RequestData, ResponseData, Setup
 from sidecars.python.custom_metrics import CustomMetrics
 from sidecars.python.model_json import config_json, merge_completion, read_config_json
-from sidecars.runtime import Answer, ModelInstance, Tensors
-from sidecars.validation import ValidRequest
+from sidecars.runtime import ModelInstance, Tensors
 
 log = logging.getLogger(__name__)
 

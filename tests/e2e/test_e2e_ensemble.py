@@ -287,6 +287,28 @@ def test_independent_steps_run_at_the_same_time(ensembles: Server) -> None:
         np.testing.assert_array_equal(result.as_numpy(f"{prefix}_DIFF"), a - b)
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_request_the_ensemble_cannot_take_is_refused_naming_the_ensemble(ensembles: Server, protocol: str) -> None:
+    # As Triton's core checks any model's request before it runs: fork's own inputs are
+    # [-1,16], so no step is reached.
+    module, client = client_for(ensembles, protocol)
+    short = np.ones((1, 8), dtype=np.int32)
+    before = torch_successes(grpcclient.InferenceServerClient(ensembles.grpc))
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer("fork", pair_inputs(module, short, short), request_id="r1")
+    assert caught.value.message().startswith(
+        "[request id: r1] unexpected shape for input 'INPUT1' for model 'fork'. Expected [-1,16], got [1,8]."
+    )
+    assert caught.value.status() == ("400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT")
+    with pytest.raises(InferenceServerException) as caught:
+        client.infer("fork", pair_inputs(module, short, short)[:1])
+    assert caught.value.message() == (
+        "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'fork'. Got input(s) ['INPUT0'], "
+        "but missing required input(s) ['INPUT1']. Please provide all required input(s)."
+    )
+    assert torch_successes(grpcclient.InferenceServerClient(ensembles.grpc)) == before
+
+
 def torch_successes(client: Any) -> int:
     stats = client.get_inference_statistics("simple_torch").model_stats
     return sum(s.inference_stats.success.count for s in stats)
@@ -373,7 +395,8 @@ def test_ensemble_requests_show_in_statistics_and_metrics(ensembles: Server) -> 
         client.infer("fork", pair_inputs(grpcclient, a[:, :8], b[:, :8]))
     stats = client.get_inference_statistics("fork", "1").model_stats[0]
     assert stats.inference_stats.success.count - before.inference_stats.success.count == 3
-    assert stats.inference_stats.fail.count - before.inference_stats.fail.count == 1
+    # The short request was refused before it ran: as in Triton, counted nowhere.
+    assert stats.inference_stats.fail.count == before.inference_stats.fail.count
     assert stats.inference_count - before.inference_count == 3 * 2  # batch of two each
     assert stats.execution_count - before.execution_count == 3
     assert stats.inference_stats.compute_infer.ns > before.inference_stats.compute_infer.ns

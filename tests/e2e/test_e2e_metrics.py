@@ -91,7 +91,9 @@ def write_mismatch(repo: Path) -> None:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = write_repository(tmp_path_factory.mktemp("repo_metrics"), ("simple", "simple_batched", "simple_queue"))
+    path = write_repository(
+        tmp_path_factory.mktemp("repo_metrics"), ("simple", "simple_batched", "simple_queue", "simple_timeout")
+    )
     write_mismatch(path)
     return path
 
@@ -185,14 +187,17 @@ def test_sidecar_metrics_port_and_fleet_sum(repo: Path) -> None:
 
 
 def test_failure_reasons(verbose_server: Server) -> None:
+    failure = "nv_inference_request_failure"
+    _, before = scrape(verbose_server.metrics)
     with grpcclient.InferenceServerClient(verbose_server.grpc) as client:
-        # OTHER: the request fails validation (wrong shape).
+        # Refused before it runs (a wrong shape): no model saw it, and Triton counts it nowhere.
         bad = grpcclient.InferInput("INPUT0", [1, 3], "INT32")
         bad.set_data_from_numpy(np.zeros((1, 3), dtype=np.int32))
         other = grpcclient.InferInput("INPUT1", [1, 3], "INT32")
         other.set_data_from_numpy(np.zeros((1, 3), dtype=np.int32))
         with pytest.raises(InferenceServerException):
             client.infer("simple", [bad, other])
+        refused = client.get_inference_statistics("simple").model_stats[0].inference_stats.fail.count
         # BACKEND: ONNX Runtime cannot add 3 values to 5.
         a = grpcclient.InferInput("A", [3], "FP32")
         a.set_data_from_numpy(np.zeros(3, dtype=np.float32))
@@ -200,27 +205,34 @@ def test_failure_reasons(verbose_server: Server) -> None:
         b.set_data_from_numpy(np.zeros(5, dtype=np.float32))
         with pytest.raises(InferenceServerException):
             client.infer("mismatch", [a, b])
-    # REJECTED: simple_queue holds one request a second and queues at most one more.
+    # A full queue refuses as the request arrives: not counted either. simple_queue holds
+    # one request a second and queues at most one more.
     errors: list[Exception] = []
 
-    def send() -> None:
+    def send(model: str) -> None:
         try:
-            infer_simple(verbose_server.grpc, "simple_queue")
+            infer_simple(verbose_server.grpc, model)
         except InferenceServerException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=send) for _ in range(3)]
+    threads = [threading.Thread(target=send, args=("simple_queue",)) for _ in range(3)]
     for thread in threads:
         thread.start()
         time.sleep(0.1)
     for thread in threads:
         thread.join()
     assert any("Exceeds maximum queue size" in str(e) for e in errors)
+    # REJECTED: a request whose queue timeout passes while it waits (simple_timeout).
+    send("simple_timeout")
+    assert "Request timeout expired" in str(errors[-1])
     _, samples = scrape(verbose_server.metrics)
-    failure = "nv_inference_request_failure"
-    assert value(samples, failure, "simple", reason="OTHER") >= 1
+    assert value(samples, failure, "simple", reason="OTHER") == value(before, failure, "simple", reason="OTHER")
+    assert refused == sum(
+        value(samples, failure, "simple", reason=r) for r in ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+    )
     assert value(samples, failure, "mismatch", reason="BACKEND") == 1
-    assert value(samples, failure, "simple_queue", reason="REJECTED") >= 1
+    assert value(samples, failure, "simple_queue", reason="REJECTED") == 0
+    assert value(samples, failure, "simple_timeout", reason="REJECTED") == 1
     for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):
         assert (failure, (("model", "simple"), ("reason", reason), ("version", "1"))) in samples
 

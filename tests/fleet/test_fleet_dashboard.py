@@ -216,9 +216,10 @@ def _check_panels(prometheus: Prometheus, to_one: float, to_two: float) -> None:
         ("linear",): WEIGHTED + to_one,
         ("simple",): SIMPLE,
     }
+    # The failed requests were refused before they ran (a wrong datatype): as in Triton, no
+    # model counts them; the gateway's outcomes below do.
     failures = figures("Failed requests per second by model", "model", "reason")
-    assert sum(v for (model, _), v in failures.items() if model == "linear") == FAILED
-    assert sum(v for (model, _), v in failures.items() if model == "simple") == 0
+    assert sum(failures.values()) == 0
     latency = figures("Mean request latency by model", "model")
     assert set(latency) == {("linear",), ("simple",)} and all(0 < v < 10_000 for v in latency.values())
     assert all(v >= 0 for v in figures("Mean queue time by model", "model").values())

@@ -693,6 +693,18 @@ def test_statistics_numbers():
     assert entry["inference_count"] == 3 and entry["version"] == "1"
     assert entry["inference_stats"]["success"] == {"count": 3, "ns": 0}
     assert entry["batch_stats"] == []
+    # Triton's key order, which is not the proto's: response_stats after inference_stats.
+    assert list(entry) == [
+        "name",
+        "version",
+        "last_inference",
+        "inference_count",
+        "execution_count",
+        "inference_stats",
+        "response_stats",
+        "batch_stats",
+        "memory_usage",
+    ]
 
 
 def test_repository_index_entries():

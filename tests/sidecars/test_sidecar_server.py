@@ -187,7 +187,8 @@ def test_statistics_count_requests_and_batches(client: grpcclient.InferenceServe
     after = stats[0]
     assert (after.name, after.version) == ("simple_nobatch", "1")
     assert after.inference_stats.success.count == before.inference_stats.success.count + 3
-    assert after.inference_stats.fail.count == before.inference_stats.fail.count + 1
+    # Refused before it ran (an input missing): Triton counts it nowhere.
+    assert after.inference_stats.fail.count == before.inference_stats.fail.count
     assert after.execution_count == before.execution_count + 3
     assert after.inference_count == before.inference_count + 3
     assert after.inference_stats.compute_infer.ns > 0

@@ -76,7 +76,7 @@ def test_wrong_shape_with_note(client: grpcclient.InferenceServerClient) -> None
     row = np.zeros((1, 15), dtype=np.int32)
     message = rejected(client, "simple", [int_input("INPUT0", row), int_input("INPUT1", row)])
     assert message == (
-        # Both are wrong: core names the one its map of inputs walks first (sidecars.input_order).
+        # Both are wrong: core names the one its map of inputs walks first (protos.input_order).
         "[request id: <id_unknown>] unexpected shape for input 'INPUT1' for model 'simple'. "
         f"Expected [-1,16], got [1,15].{NOTE}"
     )

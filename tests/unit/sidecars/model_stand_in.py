@@ -16,9 +16,9 @@ from google.protobuf import text_format
 from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc
 from protos.status import TurnoutError
+from protos.validation import Signature, ValidRequest, validate
 from sidecars.batcher import Result
 from sidecars.runtime import Tensors
-from sidecars.validation import Signature, ValidRequest, validate
 from tests.unit.virtual_loop import virtual_us
 
 Compute = Callable[[Tensors], dict[str, np.ndarray]]

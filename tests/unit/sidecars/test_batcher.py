@@ -15,9 +15,9 @@ import pytest
 
 from protos.statistics import VersionStatistics
 from protos.status import Status
+from protos.validation import Signature
 from sidecars.batcher import DynamicBatcher
 from sidecars.runtime import Tensors
-from sidecars.validation import Signature
 from tests.unit.sidecars.model_stand_in import Call, RecordingInstance, infer_request, model_config, until_us
 from tests.unit.virtual_loop import virtual_ns, virtual_time, virtual_us
 

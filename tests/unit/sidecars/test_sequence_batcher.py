@@ -18,10 +18,10 @@ import pytest
 
 from protos.statistics import VersionStatistics
 from protos.status import Cause, Status, TurnoutError
+from protos.validation import Signature
 from sidecars.runtime import Tensors
 from sidecars.sequence import SequenceBatcher
 from sidecars.sequence_config import SequenceTensors
-from sidecars.validation import Signature
 from tests.unit.sidecars.model_stand_in import Call, RecordingInstance, infer_request, model_config, until_us
 from tests.unit.virtual_loop import virtual_ns, virtual_time
 

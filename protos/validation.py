@@ -4,9 +4,9 @@ decode of each input into numpy (typed `contents` or `raw_input_contents`)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -14,12 +14,9 @@ from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME, BY_NAME, DataType
+from protos.input_order import core_order
 from protos.sequence import SequenceFlags, read_sequence
 from protos.status import TurnoutError, invalid_arg, unsupported
-from sidecars.input_order import core_order
-
-if TYPE_CHECKING:
-    from sidecars.runtime import Answer
 
 _INT64_MAX = 2**63 - 1
 
@@ -64,6 +61,14 @@ class Signature:
 
 
 @dataclass(frozen=True)
+class Answer:
+    """One request's outputs from a model instance, and the response parameters its model set."""
+
+    outputs: dict[str, np.ndarray]
+    parameters: Mapping[str, bool | int | str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RequestedOutput:
     name: str
     class_count: int  # 0 = the tensor itself, k > 0 = top-k classification strings
@@ -88,6 +93,9 @@ class ValidRequest:
     # and whether it is the last; None with True ends the request without one.
     responses: Callable[[Answer | TurnoutError | None, bool], None] | None = None
     cancelled: bool = False  # its client gave up on it (set on the event loop, read by any thread)
+    # Its batcher took it. A request refused before (by these checks, a full queue, the
+    # sequence rules) never reached the model, and Triton leaves it out of its statistics.
+    queued: bool = False
 
 
 def _names_text(names: Any) -> str:
@@ -109,7 +117,7 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     In Triton's order: what building the request checks (repeated names, each input's
     data, in request order), then core's Normalize: requested outputs, the input count,
     the batch size, and each input's data type, shape and byte size, walking the inputs
-    in the order core's map of them does (`sidecars.input_order`)."""
+    in the order core's map of them does (`protos.input_order`)."""
     model = signature.model
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
     if request.parameters:

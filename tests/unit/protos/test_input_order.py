@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecars.input_order import core_order, string_hash
+from protos.input_order import core_order, string_hash
 
 CASES = [
     "INPUT0 INPUT1 | INPUT1 INPUT0",
