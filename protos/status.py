@@ -86,6 +86,8 @@ class Cause(enum.Enum):
     # The model answered with an error (Triton's error response), where other errors refuse
     # the request before it runs: on a gRPC stream Triton words the two differently.
     RESPONSE = "response"
+    # A decoupled model asked for one answer (ModelInfer): Triton's HTTP front words it its own way.
+    DECOUPLED = "decoupled"
 
 
 # The gRPC trailing metadata key that carries a Cause (the lane has its own field).

@@ -184,6 +184,13 @@ async def _read(request: Request, limit: int, encoding: str | None, too_large: T
 _T = TypeVar("_T")
 
 
+class _Refusal:
+    """A generate_stream request's error that no model sent: it was refused before it ran."""
+
+    def __init__(self, error: TurnoutError) -> None:
+        self.error = error
+
+
 class _ClientGone(Exception):
     """The HTTP client closed its connection before its answer was ready."""
 
@@ -223,6 +230,7 @@ async def _while_connected(request: Request, work: Awaitable[_T]) -> _T:
             watcher.cancel()
 
 
+_HTTP_DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 _GENERATE_NOT_ONE = (
     "generate expects model to produce exactly 1 response, use generate stream for model that generates "
     "various number of responses"
@@ -381,7 +389,12 @@ class HttpFront:
 
         # starlette's headers are a case-insensitive Mapping; routing reads its sticky key there.
         context = RequestContext(request.headers, trace=trace)
-        encoded = await _while_connected(request, self._gateway.infer(infer_request, None, context))
+        try:
+            encoded = await _while_connected(request, self._gateway.infer(infer_request, None, context))
+        except TurnoutError as exc:
+            if exc.cause is Cause.DECOUPLED:
+                raise unsupported(_HTTP_DECOUPLED) from None
+            raise
         response = ModelInferResponse.FromString(encoded)
         content, binary_header = render_infer_response(response, rendering)
         if trace is not None:
@@ -413,17 +426,24 @@ class HttpFront:
         context = RequestContext(request.headers)
         if not stream:
             parts: list[bytes | TurnoutError] = []
-            last = await _while_connected(
-                request, self._gateway.infer(infer_request, None, replace(context, responses=parts.append))
-            )
+            last: bytes | TurnoutError
+            try:
+                last = await _while_connected(
+                    request, self._gateway.infer(infer_request, None, replace(context, responses=parts.append))
+                )
+            except TurnoutError as exc:
+                if exc.cause is not Cause.RESPONSE:  # refused before it ran: an error as any other
+                    raise
+                last = exc  # the model's error response, its last
             answers = [*parts, last] if last else parts
+            # Triton's status is set by the first response: 400 when it is an error.
+            status = 400 if answers and isinstance(answers[0], TurnoutError) else 200
             if len(answers) != 1:
-                # Triton's words, and its status: the error is the body of a 200.
-                return _error(_GENERATE_NOT_ONE, 200)
-            if isinstance(answers[0], TurnoutError):  # the model's error response: a 400 in Triton
-                return _error(answers[0].message, 400)
+                return _error(_GENERATE_NOT_ONE, status)  # Triton's words, as the body
+            if isinstance(answers[0], TurnoutError):
+                return _error(answers[0].message, status)
             return _json(generate_response(ModelInferResponse.FromString(answers[0])))
-        events: asyncio.Queue[bytes | TurnoutError | None] = asyncio.Queue()
+        events: asyncio.Queue[bytes | TurnoutError | _Refusal | None] = asyncio.Queue()
 
         async def run() -> None:
             try:
@@ -431,7 +451,8 @@ class HttpFront:
                 if last:
                     events.put_nowait(last)
             except TurnoutError as exc:
-                events.put_nowait(exc)
+                # Refused before it ran, or the model's own last word.
+                events.put_nowait(exc if exc.cause is Cause.RESPONSE else _Refusal(exc))
             finally:
                 events.put_nowait(None)
 
@@ -441,16 +462,17 @@ class HttpFront:
         except BaseException:
             task.cancel()
             raise
-        if isinstance(first, TurnoutError) and first.cause is not Cause.RESPONSE:
+        if isinstance(first, _Refusal):
             # Refused before it ran: Triton answers that as any request, not as a stream.
-            raise first
+            raise first.error
 
         async def send() -> AsyncIterator[bytes]:
-            event = first
+            event: bytes | TurnoutError | _Refusal | None = first
             try:
                 while event is not None:
-                    if isinstance(event, TurnoutError):
-                        body: dict[str, Any] = {"error": event.message}
+                    if isinstance(event, (TurnoutError, _Refusal)):
+                        error = event.error if isinstance(event, _Refusal) else event
+                        body: dict[str, Any] = {"error": error.message}
                     else:
                         body = generate_response(ModelInferResponse.FromString(event))
                     yield b"data: " + json_compact(body) + b"\n\n"
@@ -458,7 +480,9 @@ class HttpFront:
             finally:
                 task.cancel()  # the client left before the model finished
 
-        return StreamingResponse(send(), media_type="text/event-stream")
+        # Triton's status is set by the first response: 400 when it is an error.
+        status = 400 if isinstance(first, TurnoutError) else 200
+        return StreamingResponse(send(), status_code=status, media_type="text/event-stream")
 
     # --- repository ---
 

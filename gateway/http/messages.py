@@ -51,6 +51,8 @@ _CONFIG_STRING_INT64 = frozenset(
     {
         ("inference.ModelInstanceGroup.SecondaryDevice", "device_id"),
         ("inference.ModelOptimizationPolicy.Cuda.GraphSpec.Shape", "dim"),
+        # Triton means to rewrite these but looks for them in the wrong object.
+        ("inference.ModelSequenceBatching.InitialState", "dims"),
     }
 )
 

@@ -92,6 +92,13 @@ def test_a_decoupled_model_is_refused_on_model_infer(up: Server) -> None:
     with grpcclient.InferenceServerClient(up.grpc) as client, pytest.raises(InferenceServerException) as caught:
         client.infer("repeat", inputs)
     assert caught.value.message() == "ModelInfer RPC doesn't support models with decoupled transaction policy"
+    # Over HTTP, in the HTTP front's words, as Triton's.
+    body = {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [1]}]}
+    refused = httpx.post(f"http://{up.http}/v2/models/repeat/infer", json=body)
+    assert (refused.status_code, refused.json()) == (
+        501,
+        {"error": "HTTP end point doesn't support models with decoupled transaction policy"},
+    )
 
 
 def test_generate_stream_sends_each_response_as_an_event(up: Server) -> None:
@@ -161,6 +168,7 @@ def test_an_error_response_mid_stream_is_passed_and_the_stream_goes_on(up: Serve
 
     body = {"IN": [5, 6, 7], "fail_at": 1}
     with httpx.stream("POST", f"http://{up.http}/v2/models/repeat/generate_stream", json=body) as response:
+        assert response.status_code == 200  # the first response is no error
         lines = [line for line in response.iter_lines() if line]
     assert lines == [
         'data: {"IDX":0,"OUT":5,"model_name":"repeat","model_version":"1"}',  # Triton's bytes, keys sorted
@@ -170,14 +178,32 @@ def test_an_error_response_mid_stream_is_passed_and_the_stream_goes_on(up: Serve
 
     refused = httpx.post(f"http://{up.http}/v2/models/repeat/generate", json={"IN": [6], "fail_at": 0})
     assert (refused.status_code, refused.json()) == (400, {"error": "no answer for 6"})
+    # An error first, then an answer: the status of the error, and the body of too many answers.
+    several = httpx.post(f"http://{up.http}/v2/models/repeat/generate", json={"IN": [6, 7], "fail_at": 0})
+    assert several.status_code == 400
+    assert several.json()["error"].startswith("generate expects model to produce exactly 1 response")
+    with httpx.stream(
+        "POST", f"http://{up.http}/v2/models/repeat/generate_stream", json={"IN": [6, 7], "fail_at": 0}
+    ) as response:
+        assert response.status_code == 400
+        lines = [line for line in response.iter_lines() if line]
+    assert lines == [
+        'data: {"error":"no answer for 6"}',
+        'data: {"IDX":1,"OUT":7,"model_name":"repeat","model_version":"1"}',
+    ]
 
 
 def test_generate_stream_reports_an_error_as_an_event(up: Server) -> None:
     body = {"IN": [7], "mode": "raise"}
     with httpx.stream("POST", f"http://{up.http}/v2/models/misbehaving/generate_stream", json=body) as response:
+        status = response.status_code
         lines = [line for line in response.iter_lines() if line.startswith("data: ")]
     [event] = [json.loads(line.removeprefix("data: ")) for line in lines]
     assert event["error"].startswith("Failed to process the request(s) for model 'misbehaving_0_0'")
+    assert status == 400  # Triton's: the first response sets the status, 400 when it is an error
+    # Without the stream: the same error, with the same status.
+    answer = httpx.post(f"http://{up.http}/v2/models/misbehaving/generate", json=body)
+    assert (answer.status_code, answer.json()) == (400, event)
 
 
 def test_a_traced_stream_request_to_a_decoupled_model_streams_too(tmp_path: Path) -> None:

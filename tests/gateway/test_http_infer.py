@@ -684,6 +684,17 @@ def test_model_config_prints_defaults_and_int64_numbers():
     assert document["platform"] == "" and document["output"] == []
 
 
+def test_model_config_keeps_the_int64_strings_triton_keeps():
+    # Triton rewrites a sequence state's dims but looks for its initial state's in the
+    # wrong object (checked against Triton 2.51 with a python model's config).
+    config = ModelConfig(name="acc")
+    state = config.sequence_batching.state.add(input_name="IN", output_name="OUT", dims=[1])
+    state.initial_state.add(name="zero", dims=[1], zero_data=True)
+    document = messages.model_config(config)
+    assert document["sequence_batching"]["state"][0]["dims"] == [1]
+    assert document["sequence_batching"]["state"][0]["initial_state"][0]["dims"] == ["1"]
+
+
 def test_statistics_numbers():
     response = ModelStatisticsResponse()
     stats = response.model_stats.add(name="simple", version="1", inference_count=3)
