@@ -223,6 +223,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         loaded = self.manager.resolve(request.model_name, request.model_version)
         answers: asyncio.Queue[tuple[Answer | TurnoutError | None, bool]] = asyncio.Queue()
         valid = None
+        done = False  # the model sent its last answer: counted once, before it leaves
         try:
             valid = validate(request, loaded.signature)
             valid.responses = lambda answer, last: answers.put_nowait((answer, last))
@@ -235,6 +236,10 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
                         raise BackendFailure(answer.status, answer.message)  # the model's last answer
                     yield answer, False  # an error response: the request goes on, as in Triton
                     continue
+                if last:
+                    # Its reader may stop at the last answer and close this generator.
+                    done = True
+                    loaded.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.times)
                 if answer is None:
                     yield None, True
                     continue
@@ -249,11 +254,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             log.info("infer failed: %s", exc.message)
             raise
         except (asyncio.CancelledError, GeneratorExit):
-            if valid is not None:
-                valid.cancelled = True  # the model's response sender says so from now on
-            loaded.stats.record_failure(time.monotonic_ns() - start, "CANCELED")
+            if not done:
+                if valid is not None:
+                    valid.cancelled = True  # the model's response sender says so from now on
+                loaded.stats.record_failure(time.monotonic_ns() - start, "CANCELED")
             raise
-        loaded.stats.record_success(time.monotonic_ns() - start, result.queue_ns, result.times)
 
     async def _stream_answers(
         self, request: pb.ModelInferRequest, request_id: str = ""

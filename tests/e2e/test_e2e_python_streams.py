@@ -81,6 +81,20 @@ def test_a_decoupled_model_streams_every_response_in_order(up: Server) -> None:
     assert {r.get_response().id for r in got} == {"s1"}
 
 
+def test_a_streamed_request_counts_once_as_a_success(up: Server) -> None:
+    def counts() -> tuple[int, int]:
+        with grpcclient.InferenceServerClient(up.grpc) as client:
+            stats = client.get_inference_statistics("repeat").model_stats[0].inference_stats
+        return stats.success.count, stats.fail.count
+
+    before = counts()
+    _stream(up, [1, 2, 3], enable_empty_final_response=True)
+    _stream(up, [4], parameters={"final": "together"})
+    with httpx.stream("POST", f"http://{up.http}/v2/models/repeat/generate_stream", json={"IN": [5, 6]}) as response:
+        assert len([line for line in response.iter_lines() if line]) == 2
+    assert counts() == (before[0] + 3, before[1])  # none counted as cancelled when its reader stopped
+
+
 def test_the_final_flag_rides_the_last_response_when_sent_with_it(up: Server) -> None:
     got = _stream(up, [1, 2], parameters={"final": "together"})
     assert [int(r.as_numpy("OUT")[0]) for r in got] == [1, 2]
