@@ -254,17 +254,17 @@ def _check_dims(
                 break
     if matches:
         return
-    note = ""
+    note = ""  # without it the text still ends in ". ", as Triton's does
     if signature.max_batch_size > 0:
         note = (
-            " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be"
+            "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be"
             " prepended to each input shape. If you want to specify the full shape including the batch dim"
             " in your input dims config, try setting max_batch_size to zero. See the model configuration"
             " docs for more info on max_batch_size."
         )
     raise invalid_arg(
         f"{prefix}unexpected shape for input '{name}' for model '{model}'. "
-        f"Expected {codec.shape_text(signature.full_dims(spec))}, got {codec.shape_text(shape)}.{note}"
+        f"Expected {codec.shape_text(signature.full_dims(spec))}, got {codec.shape_text(shape)}. {note}"
     )
 
 
