@@ -345,7 +345,7 @@ def _response(
     wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
 ) -> bytes:
     response = pb.ModelInferResponse(model_name=plan.name, model_version=plan.version, id=request.id)
-    for name in wanted:
+    for name in (name for name in plan.answer_order if name in wanted):
         tensor = tensors.get(name)
         if tensor is None:  # a step answered without an output its map names
             raise _deadlock(plan, request)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from protos import model_config_pb2 as mc
 from protos.datatypes import from_config_name
+from protos.input_order import core_order
 from protos.validation import Signature
 
 
@@ -38,6 +39,8 @@ class Plan:
     max_batch_size: int
     inputs: Mapping[str, TensorSpec]
     outputs: tuple[str, ...]  # ensemble outputs, config order
+    # The order an answer lists them in: Triton's ensemble keeps them in a std::unordered_map.
+    answer_order: tuple[str, ...]
     steps: tuple[Step, ...]
     consumed: frozenset[str]  # tensors some step takes as input
     signature: Signature  # what a request must be, checked as Triton's core checks it
@@ -58,7 +61,9 @@ def build_plan(config: mc.ModelConfig, version: str) -> Plan:
     inputs = {t.name: TensorSpec(t.name, _datatype(t.data_type), t.optional) for t in config.input}
     outputs = tuple(t.name for t in config.output)
     consumed = frozenset(tensor for step in steps for _, tensor in step.inputs)
-    return Plan(config.name, version, config.max_batch_size, inputs, outputs, steps, consumed, Signature(config))
+    answer_order = tuple(outputs[i] for i in core_order(outputs))
+    signature = Signature(config)
+    return Plan(config.name, version, config.max_batch_size, inputs, outputs, answer_order, steps, consumed, signature)
 
 
 def _datatype(config_type: int) -> str:

@@ -256,6 +256,19 @@ def test_bytes_tensors_cross_an_ensemble(ensembles: Server) -> None:
         assert [int(v) for v in result.as_numpy("DIFF").reshape(-1)] == list((a - b).reshape(-1))
 
 
+def test_an_answer_lists_the_outputs_in_tritons_order(ensembles: Server) -> None:
+    # Triton's ensemble keeps its outputs in a std::unordered_map and answers in its order,
+    # whatever order the config or the request gives (checked against Triton 2.51).
+    client = grpcclient.InferenceServerClient(ensembles.grpc)
+    a, b = operands()
+    order = ["TORCH_DIFF", "TORCH_SUM", "ONNX_DIFF", "ONNX_SUM"]
+    answer = client.infer("fork", pair_inputs(grpcclient, a, b)).get_response()
+    assert [output.name for output in answer.outputs] == order
+    asked = [grpcclient.InferRequestedOutput(name) for name in ("ONNX_SUM", "TORCH_DIFF")]
+    answer = client.infer("fork", pair_inputs(grpcclient, a, b), outputs=asked).get_response()
+    assert [output.name for output in answer.outputs] == ["TORCH_DIFF", "ONNX_SUM"]
+
+
 def test_independent_steps_run_at_the_same_time(ensembles: Server) -> None:
     """With the ONNX sidecar frozen, the TorchScript step of `fork` still runs: it
     never waited for its sibling. Once the sidecar thaws, the ensemble answers."""
