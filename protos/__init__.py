@@ -8,7 +8,8 @@ the same way (one owner each).
 - Tensors and requests: `datatypes`, `codec`, `sequence` (sequence id and flags),
   `validation` (a request against its model, as Triton's core checks it, in its order and
   words; the sidecars before they queue it, the gateway before it runs an ensemble),
-  `input_order` (the order core walks a request's inputs in).
+  `input_order` (the order core's hash maps walk names in: a request's inputs, an
+  ensemble's outputs).
 - Errors: `status` (the error type and its HTTP and gRPC tables).
 - Servers: `identity` (server name, version, extensions), `ready` (the ready line),
   `flags` (shared command-line rules), `logs` (Triton's logging extension).
