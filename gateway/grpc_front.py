@@ -33,7 +33,7 @@ from gateway.tracing.trace import (
 )
 from protos import grpc_service_pb2 as pb
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE, abort_call
-from protos.status import Cause, TurnoutError, invalid_arg
+from protos.status import CAUSE_METADATA, Cause, TurnoutError, invalid_arg
 from protos.wire import length_delimited
 
 logger = logging.getLogger(__name__)
@@ -153,18 +153,21 @@ def guarded(name: str, gateway: Gateway, handler: Handler, restriction: Restrict
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            await abort_call(context, _for_clients(exc), name, logger)
+            await abort_call(context, _for_clients(exc, context), name, logger)
 
     call.turnout_guarded = True  # type: ignore[attr-defined]
     call.__qualname__ = f"guarded.{name}"
     return call
 
 
-def _for_clients(error: Exception) -> Exception:
-    """`error` as a client sees it: a cause is for the hop from sidecar to gateway alone."""
-    if isinstance(error, TurnoutError) and error.cause is not None:
-        return TurnoutError(error.status, error.message)
-    return error
+def _for_clients(error: Exception, context: grpc.aio.ServicerContext) -> Exception:
+    """`error` as a client sees it: a cause is for turnout's own callers alone (a python
+    model's BLS call asks for it by sending the cause's metadata key)."""
+    if not isinstance(error, TurnoutError) or error.cause is None:
+        return error
+    if any(key == CAUSE_METADATA for key, _ in context.invocation_metadata() or ()):
+        return error
+    return TurnoutError(error.status, error.message)
 
 
 def guarded_stream(
@@ -183,7 +186,7 @@ def guarded_stream(
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            await abort_call(context, _for_clients(exc), name, logger)
+            await abort_call(context, _for_clients(exc, context), name, logger)
 
     call.turnout_guarded = True  # type: ignore[attr-defined]
     call.__qualname__ = f"guarded.{name}"

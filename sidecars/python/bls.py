@@ -16,7 +16,7 @@ from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 from protos.datatypes import from_name, from_numpy
 from protos.rpc import MESSAGE_SIZE_OPTIONS
-from protos.status import Status, status_from_grpc
+from protos.status import CAUSE_METADATA, Cause, Status, cause_named, status_from_grpc
 from sidecars.python import backend_utils as pb_utils
 from sidecars.python.channel import GatewayTls
 
@@ -62,9 +62,9 @@ class BlsClient:
         if decoupled:
             return pb_utils.ResponseIterator(self._stream(message, timeout))
         try:
-            return _response(self._service().ModelInfer(message, timeout=timeout))
+            return _response(self._service().ModelInfer(message, timeout=timeout, metadata=_ASK_CAUSE))
         except grpc.RpcError as exc:
-            return _failed(status_from_grpc(exc.code()).value, exc.details() or str(exc.code()))
+            return _failed(status_from_grpc(exc.code()).value, _refusal_text(request.model_name, exc))
 
     def _stream(self, message: pb.ModelInferRequest, timeout: float | None) -> Iterator[pb_utils.InferenceResponse]:
         """The responses of one request on ModelStreamInfer, up to the one marked final."""
@@ -82,6 +82,30 @@ class BlsClient:
                     return
         except grpc.RpcError as exc:
             yield _failed(status_from_grpc(exc.code()).value, exc.details() or str(exc.code()))
+
+
+# Sent with each call, so that the gateway tells a model's error response from a refusal.
+_ASK_CAUSE = ((CAUSE_METADATA, "1"),)
+
+
+def _refusal_text(model: str, error: grpc.RpcError) -> str:
+    """An error as the python backend's BLS words it: the model's own error response as it
+    is; a request refused before it ran with the model's name before the text, a model it
+    cannot find as not ready, a decoupled model in its own words."""
+    details = error.details() or str(error.code())
+    causes = [str(value) for key, value in error.trailing_metadata() or () if key == CAUSE_METADATA]
+    cause = cause_named(causes[0]) if causes else None
+    if cause is Cause.RESPONSE:
+        return details
+    if cause is Cause.DECOUPLED:
+        details = (
+            f"Model {model} is using the decoupled. The current BLS request call doesn't support models using the "
+            "decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' or 'async_exec' calls "
+            "for decoupled models.'"
+        )
+    elif error.code() == grpc.StatusCode.NOT_FOUND:
+        details = f"Failed for execute the inference request. Model '{model}' is not ready."
+    return f"Model {model} - Error when running inference: {details}"
 
 
 def _read(path: str) -> bytes:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 
+import grpc
 import pytest
 from google.protobuf import text_format
 
 from protos import model_config_pb2 as mc
+from protos.status import CAUSE_METADATA, Cause
 from protos.triton_metrics import Exposition
 from sidecars.python import backend_utils as pb_utils
+from sidecars.python.bls import _refusal_text
 from sidecars.python.channel import MetricOp
 from sidecars.python.custom_metrics import CustomMetrics
 from sidecars.python.model_json import config_json, merge_completion, read_config_json
@@ -127,3 +130,32 @@ def test_tensors_cross_dlpack_both_ways() -> None:
     back = torch_dlpack.from_dlpack(from_producer.to_dlpack())
     assert back.tolist() == source.tolist()
     assert torch.from_dlpack(from_producer).tolist() == source.tolist()  # the producer protocol
+
+
+class _CallError(grpc.RpcError):
+    """What grpc raises for a failed call: its code, its text and its trailing metadata."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, cause: str = "") -> None:
+        self._code, self._details = code, details
+        self._trailers = ((CAUSE_METADATA, cause),) if cause else ()
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._trailers
+
+
+def test_bls_words_a_refusal_and_passes_a_models_error_response() -> None:
+    prefix = "Model m - Error when running inference: "
+    response = _CallError(grpc.StatusCode.INVALID_ARGUMENT, "bad input on purpose", Cause.RESPONSE.value)
+    assert _refusal_text("m", response) == "bad input on purpose"  # the model's own, as it is
+    refused = _CallError(grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference output 'X' for model 'm'")
+    assert _refusal_text("m", refused) == prefix + "unexpected inference output 'X' for model 'm'"
+    unknown = _CallError(grpc.StatusCode.NOT_FOUND, "Request for unknown model: 'm' is not found")
+    assert _refusal_text("m", unknown) == prefix + "Failed for execute the inference request. Model 'm' is not ready."
+    decoupled = _CallError(grpc.StatusCode.UNIMPLEMENTED, "ModelInfer RPC doesn't ...", Cause.DECOUPLED.value)
+    assert _refusal_text("m", decoupled).startswith(prefix + "Model m is using the decoupled.")
