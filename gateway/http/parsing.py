@@ -75,8 +75,9 @@ def _as_object(value: Any, name: str) -> dict[str, Any]:
 
 @dataclass
 class OutputRendering:
-    """How the response renders each output: binary or JSON. Per-output `binary_data`
-    wins over the request's `binary_data_output`; the default is JSON."""
+    """How the response renders each output: binary or JSON. A requested output follows its
+    own `binary_data` (JSON without it); the request's `binary_data_output` is for the
+    outputs it does not list; the default is JSON."""
 
     default_binary: bool = False
     binary: dict[str, bool] = field(default_factory=dict)
@@ -458,6 +459,9 @@ def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRende
     if any(output.name == name for output in request.outputs):
         raise invalid_arg(f"{_log_request(request)}output '{name}' already exists in request")
     output = request.outputs.add(name=name)
+    # A listed output is JSON unless its own binary_data says otherwise: the request's
+    # binary_data_output is for outputs it does not list (Triton's default output kind).
+    rendering.binary[name] = False
     if not params:
         return
     if "classification" in params:

@@ -91,24 +91,36 @@ def test_http_json_is_default_without_binary_data_output(server: Server) -> None
 
 def test_http_binary_data_output_parameter(server: Server) -> None:
     a, b = simple_arrays()
-    body = {
-        "inputs": [
-            {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": a.flatten().tolist()},
-            {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": b.flatten().tolist()},
-        ],
-        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": False}}, {"name": "OUTPUT1"}],
-        "parameters": {"binary_data_output": True},
-    }
+    inputs = [
+        {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": a.flatten().tolist()},
+        {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": b.flatten().tolist()},
+    ]
+    # The request-wide binary_data_output is for the outputs the request does not list.
+    body = {"inputs": inputs, "parameters": {"binary_data_output": True}}
     response = httpx.post(f"http://{server.http}/v2/models/simple/infer", json=body, timeout=30)
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/octet-stream"
     header_length = int(response.headers["inference-header-content-length"])
     header = json.loads(response.content[:header_length])
-    # Per-output binary_data wins over the request-wide binary_data_output.
-    assert header["outputs"][0]["data"] == (a + b).flatten().tolist()
-    assert header["outputs"][1]["parameters"] == {"binary_data_size": 64}
+    assert [output["parameters"] for output in header["outputs"]] == [{"binary_data_size": 64}] * 2
     tail = np.frombuffer(response.content[header_length:], dtype="<i4")
-    np.testing.assert_array_equal(tail, (a - b).flatten())
+    np.testing.assert_array_equal(tail, np.concatenate([(a + b).flatten(), (a - b).flatten()]))
+    # A listed output follows its own binary_data, JSON without it, as in Triton 2.51.
+    outputs = [{"name": "OUTPUT0", "parameters": {"binary_data": True}}, {"name": "OUTPUT1"}]
+    body = {"inputs": inputs, "outputs": outputs, "parameters": {"binary_data_output": True}}
+    response = httpx.post(f"http://{server.http}/v2/models/simple/infer", json=body, timeout=30)
+    header_length = int(response.headers["inference-header-content-length"])
+    header = json.loads(response.content[:header_length])
+    assert header["outputs"][0]["parameters"] == {"binary_data_size": 64}
+    assert header["outputs"][1]["data"] == (a - b).flatten().tolist()
+    np.testing.assert_array_equal(np.frombuffer(response.content[header_length:], dtype="<i4"), (a + b).flatten())
+    outputs[0]["parameters"] = {"binary_data": False}
+    response = httpx.post(f"http://{server.http}/v2/models/simple/infer", json=body, timeout=30)
+    assert response.headers["content-type"] == "application/json"
+    assert [output["data"] for output in response.json()["outputs"]] == [
+        (a + b).flatten().tolist(),
+        (a - b).flatten().tolist(),
+    ]
 
 
 def test_grpc_infer(server: Server) -> None:
