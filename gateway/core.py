@@ -58,6 +58,7 @@ from protos.logs import (
 )
 from protos.sequence import sequence_of
 from protos.status import Status, TurnoutError, invalid_arg, not_found, unavailable, unsupported
+from protos.validation import PLAIN_PARAMETERS
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +229,7 @@ class Gateway:
         if trace is not None:
             trace.start_request(request.model_version, request.id)
         sequence = sequence_of(request)
-        if sequence is not None:
+        if sequence is not None and PLAIN_PARAMETERS not in request.parameters:
             context = replace(context, sequence=sequence)  # its requests stay on one replica and version
         decision = self._dispatcher.decide(model, request.model_version, context)
         version, served, arm = decision.version, decision.model, decision.arm

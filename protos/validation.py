@@ -4,7 +4,7 @@ decode of each input into numpy (typed `contents` or `raw_input_contents`)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,8 +120,10 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     in the order core's map of them does (`protos.input_order`)."""
     model = signature.model
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
-    if request.parameters:
-        _check_parameters(request.parameters)
+    parameters = request.parameters
+    plain = bool(parameters) and PLAIN_PARAMETERS in parameters
+    if parameters and not plain:
+        _check_parameters(parameters)
     # Triton refuses a repeated name as it builds the request, before checking it.
     _refuse_repeats((tensor.name for tensor in request.inputs), "input", prefix)
     _refuse_repeats((output.name for output in request.outputs), "output", prefix)
@@ -196,11 +198,13 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
         inputs[tensor.name] = array
         key.append((tensor.name, array.shape[1:] if batched else array.shape))
 
-    parameters = request.parameters
+    key.sort()
+    if plain:
+        own = {name: value for name, value in _values(parameters) if name != PLAIN_PARAMETERS}
+        return ValidRequest(request.id, inputs, max(batch_size, 1), tuple(key), outputs, 0, None, None, own)
     priority = _uint_parameter(parameters["priority"]) if "priority" in parameters else 0
     # A negative int64 timeout is a uint64 to Triton: no timeout to speak of.
     timeout = _uint_parameter(parameters["timeout"]) % 2**64 if "timeout" in parameters else None
-    key.sort()
     sequence = read_sequence(parameters) if "sequence_id" in parameters or "sequence_start" in parameters else None
     own = _own_parameters(parameters) if parameters else {}
     return ValidRequest(request.id, inputs, max(batch_size, 1), tuple(key), outputs, priority, timeout, sequence, own)
@@ -296,6 +300,10 @@ def _check_parameters(parameters: Any) -> None:
             raise invalid_arg("invalid value for 'priority', expected value >= 0.")
 
 
+# Set by the gateway on a generate request: as Triton passes the generate extension's keys,
+# every parameter is the model's own, none checked or read as priority, timeout or sequence.
+PLAIN_PARAMETERS = "turnout_plain_parameters"
+
 # Parameters Triton's core consumes; a model never sees them.
 _CORE_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
@@ -303,14 +311,18 @@ _CORE_PARAMETERS = frozenset(
 
 
 def _own_parameters(parameters: Any) -> dict[str, bool | int | float | str]:
-    own: dict[str, bool | int | float | str] = {}
+    return {
+        key: value
+        for key, value in _values(parameters)
+        if key not in _CORE_PARAMETERS and not key.startswith("triton_")
+    }
+
+
+def _values(parameters: Any) -> Iterator[tuple[str, bool | int | float | str]]:
     for key, parameter in parameters.items():
-        if key in _CORE_PARAMETERS or key.startswith("triton_"):
-            continue
         which = parameter.WhichOneof("parameter_choice")
         if which is not None:
-            own[key] = getattr(parameter, which)
-    return own
+            yield key, getattr(parameter, which)
 
 
 def _refuse_repeats(names: Iterable[str], kind: str, prefix: str) -> None:

@@ -18,11 +18,13 @@ from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME
-from protos.status import TurnoutError, internal, invalid_arg
+from protos.status import TurnoutError, internal, invalid_arg, unsupported
+from protos.validation import PLAIN_PARAMETERS
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _DOUBLE_MAX = int(sys.float_info.max)
 _NESTED = "parameters"  # the one key whose object holds more keys
+_FINAL_FLAG = "triton_final_response"  # the gRPC stream's flag, no parameter of the model's
 
 
 class _Conversion:
@@ -103,6 +105,8 @@ def generate_request(
             raise internal("Unable to parse 'id': attempt to access JSON non-string as string")
         request.id = document["id"]
     _Conversion(request, config, max_input_size).members(document, top=True)
+    if request.parameters:  # Triton passes them as they are: none is priority, timeout or a sequence
+        request.parameters[PLAIN_PARAMETERS].bool_param = True
     return request
 
 
@@ -147,15 +151,24 @@ def _set_parameter(request: pb.ModelInferRequest, key: str, value: Any) -> None:
 
 
 def generate_response(response: pb.ModelInferResponse) -> dict[str, Any]:
-    """The extension's response object: model name and version, the id, and each output by
-    name, one element as a scalar, more as a flat array; keys in Triton's order (sorted,
-    so upper-case output names come first)."""
+    """The extension's response object: model name and version, the id, the response's
+    parameters, and each output by name (one element as a scalar, more as a flat array); a
+    name taken earlier in that list keeps its value, and the keys come in Triton's order
+    (sorted, so upper-case output names come first)."""
     document: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         document["id"] = response.id
+    for key, parameter in response.parameters.items():
+        which = parameter.WhichOneof("parameter_choice")
+        if which == "bytes_param":
+            raise unsupported(
+                f"Response parameter '{key}' has type 'TRITONSERVER_PARAMETER_BYTES' which is not currently supported"
+            )
+        if which is not None and key not in document and key != _FINAL_FLAG:
+            document[key] = getattr(parameter, which)
     for index, output in enumerate(response.outputs):
         datatype = codec.datatype(output.datatype)
-        if datatype is None or index >= len(response.raw_output_contents):
+        if datatype is None or index >= len(response.raw_output_contents) or output.name in document:
             continue
         data = codec.to_json_data(response.raw_output_contents[index], datatype, list(output.shape))
         document[output.name] = data[0] if len(data) == 1 else data

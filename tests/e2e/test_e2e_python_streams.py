@@ -134,6 +134,12 @@ def test_generate_answers_one_response_as_flat_json(up: Server) -> None:
     answer = response.json()
     assert answer["OUTPUT0"] == [2.0, 3.0, 4.0, 5.0]
     assert answer["OUTPUT1"] == [0.0, 1.0, 2.0, 3.0]
+    # Keys Triton's fronts would check or read (a timeout, a priority, a triton_ key) are the
+    # model's own parameters in a generate body: Triton passes them as they are.
+    plain = {**body, "timeout": "soon", "priority": 9, "triton_x": 1, "echo": "hi"}
+    passed = httpx.post(f"http://{up.http}/v2/models/add_sub/generate", json=plain)
+    assert passed.status_code == 200, passed.text
+    assert passed.json()["echo"] == "hi"  # the model's response parameters sit beside its outputs
     refused = httpx.post(f"http://{up.http}/v2/models/repeat/generate", json={"IN": [1, 2]})
     assert refused.status_code == 200  # Triton's status for it: the error is the body of a 200
     assert refused.json() == {

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.http.generate import generate_request
+from gateway.http.generate import generate_request, generate_response
 from protos import codec
-from protos.grpc_service_pb2 import ModelInferRequest
+from protos.grpc_service_pb2 import ModelInferRequest, ModelInferResponse
 from protos.model_config_pb2 import TYPE_FP16, TYPE_INT32, TYPE_STRING, ModelConfig, ModelInput
 from protos.status import Status, TurnoutError
+from protos.validation import PLAIN_PARAMETERS
 
 LIMIT = 64 * 2**20
 
@@ -111,6 +112,8 @@ def test_other_keys_are_parameters_of_the_type_they_hold() -> None:
     body = {"INPUT0": [1] * 16, "INPUT1": [1] * 16, "s": "x", "i": -3, "b": True, "d": 0.5, "u": 2**63, "id": "r1"}
     request = _convert(body)
     kinds = {key: value.WhichOneof("parameter_choice") for key, value in request.parameters.items()}
+    assert request.parameters.pop(PLAIN_PARAMETERS).bool_param  # none is read as the core's own
+    del kinds[PLAIN_PARAMETERS]
     assert kinds == {
         "s": "string_param",
         "i": "int64_param",
@@ -144,3 +147,23 @@ def test_the_parameters_object_holds_inputs_or_parameters() -> None:
         Status.INVALID_ARG,
         "Keyword 'parameters' for nested schema also given as input tensor name",
     )
+
+
+def test_the_answer_holds_the_response_parameters_beside_the_outputs() -> None:
+    response = ModelInferResponse(model_name="m", model_version="1", id="r")
+    response.parameters["echo"].string_param = "hi"
+    response.parameters["count"].int64_param = 3
+    response.parameters["id"].string_param = "not the id"  # the id came first: it stays
+    response.parameters["triton_final_response"].bool_param = True  # the stream's flag, not the model's
+    response.outputs.add(name="count", datatype="INT32", shape=[1])  # a parameter took the name
+    response.raw_output_contents.append(np.array([7], dtype=np.int32).tobytes())
+    response.outputs.add(name="OUT", datatype="INT32", shape=[2])
+    response.raw_output_contents.append(np.array([1, 2], dtype=np.int32).tobytes())
+    assert list(generate_response(response).items()) == [
+        ("OUT", [1, 2]),
+        ("count", 3),
+        ("echo", "hi"),
+        ("id", "r"),
+        ("model_name", "m"),
+        ("model_version", "1"),
+    ]
