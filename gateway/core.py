@@ -107,6 +107,11 @@ class Gateway:
         self._request_count = 0
         self._metadata = server_metadata(GATEWAY_EXTENSIONS)
         self.siblings = siblings or Siblings()
+        # Triton's dependency graph, for loads and unloads through this gateway: the models
+        # loaded only as an ensemble's steps, and the ensembles unloaded because a step went
+        # away (with their steps), which load again once every step is back.
+        self._implicit: set[str] = set()
+        self._held: dict[str, list[str]] = {}
 
     # --- lifecycle --------------------------------------------------------------
 
@@ -392,7 +397,17 @@ class Gateway:
         return refused
 
     async def load_model(self, request: pb.RepositoryModelLoadRequest) -> None:
+        """A client's load. As in Triton, a model it names stops being one loaded only as a
+        step (unless it was loaded already), and the ensembles held for it load again."""
+        if request.model_name in self._implicit and not await self.model_ready(
+            pb.ModelReadyRequest(name=request.model_name)
+        ):
+            self._implicit.discard(request.model_name)
+        await self._load(request)
+
+    async def _load(self, request: pb.RepositoryModelLoadRequest) -> None:
         self._check_repository_request(request.repository_name, request.parameters)
+        self._held.pop(request.model_name, None)  # loaded now, held no more
         client = await self._registry.find(request.model_name)
         if client is None:
             parameters: dict[str, str | bytes] = {}
@@ -409,6 +424,7 @@ class Gateway:
             await self._models_changed(request.model_name)
         if client.framework == ENSEMBLE_FRAMEWORK:
             await self._load_composing_models(request.model_name)
+        await self._load_held(request.model_name)
 
     async def _load_composing_models(self, ensemble: str) -> None:
         """As Triton, loading an ensemble loads its step models that are not loaded and
@@ -417,35 +433,83 @@ class Gateway:
         try:
             for model in await self.ensembles.composing_models(ensemble):
                 if not await self.model_ready(pb.ModelReadyRequest(name=model)):
-                    await self.load_model(pb.RepositoryModelLoadRequest(model_name=model))
+                    await self._load(pb.RepositoryModelLoadRequest(model_name=model))
+                    self._implicit.add(model)
             try:
                 await self.ensembles.check(ensemble)
             except TurnoutError as exc:
                 raise invalid_arg(f"load failed for model '{ensemble}': {exc.message}") from None
         except TurnoutError:
-            await self.unload_model(pb.RepositoryModelUnloadRequest(model_name=ensemble))
+            await self._unload(ensemble, dependents=False)
             raise
 
+    async def _load_held(self, model: str) -> None:
+        """The ensembles held for `model` whose steps are all back load again (a failure
+        leaves one held and unloaded, as Triton leaves it unavailable)."""
+        for ensemble, steps in list(self._held.items()):
+            if model not in steps or ensemble not in self._held:  # a load above took it already
+                continue
+            if not all([await self.model_ready(pb.ModelReadyRequest(name=step)) for step in steps]):
+                continue
+            try:
+                await self._load(pb.RepositoryModelLoadRequest(model_name=ensemble))
+            except TurnoutError as exc:
+                logger.warning("ensemble '%s' did not load again with '%s': %s", ensemble, model, exc.message)
+                self._held[ensemble] = steps
+
     async def unload_model(self, request: pb.RepositoryModelUnloadRequest) -> None:
+        """A client's unload. As in Triton, the loaded ensembles with a step running the
+        model are unloaded with it (held, to load again when it is back); with
+        `unload_dependents`, so are the step models an ensemble loaded that nothing else
+        loaded uses any more."""
         self._check_repository_request(request.repository_name)
-        client = await self._registry.find(request.model_name)
+        parameters = request.parameters
+        cascade = "unload_dependents" in parameters and parameters["unload_dependents"].bool_param
+        name = request.model_name
+        self._held.pop(name, None)
+        self._implicit.discard(name)
+        await self._unload(name, cascade, request)
+
+    async def _unload(
+        self, model: str, dependents: bool, request: pb.RepositoryModelUnloadRequest | None = None
+    ) -> None:
+        client = await self._registry.find(model)
         if client is None and self._registry.sidecars:
             client = self._registry.sidecars[0]  # answers Triton's own failure text
         if client is None:
-            raise unknown_model(request.model_name)
-        parameters = request.parameters
-        dependents = []
-        if "unload_dependents" in parameters and parameters["unload_dependents"].bool_param:
-            dependents = await self.ensembles.dependents(request.model_name)
+            raise unknown_model(model)
+        steps = await self._steps(model) if dependents and client.framework == ENSEMBLE_FRAMEWORK else []
+        users = {ensemble: await self._steps(ensemble) for ensemble in await self._users(model)}
+        unload = request or pb.RepositoryModelUnloadRequest(model_name=model)
         try:
-            await on_replicas(self._registry.peers(client) or (client,), "RepositoryModelUnload", request)
-            for ensemble in dependents:
-                owner = await self._registry.find(ensemble)
-                if owner is not None:
-                    unload = pb.RepositoryModelUnloadRequest(model_name=ensemble)
-                    await on_replicas(self._registry.peers(owner) or (owner,), "RepositoryModelUnload", unload)
+            await on_replicas(self._registry.peers(client) or (client,), "RepositoryModelUnload", unload)
         finally:
-            await self._models_changed(request.model_name)
+            await self._models_changed(model)
+        for ensemble, its_steps in users.items():
+            if ensemble not in self._held:
+                self._held[ensemble] = its_steps
+                await self._unload(ensemble, dependents=False)
+        if dependents:
+            for step in steps:
+                if step in self._implicit and not await self._users(step):
+                    self._implicit.discard(step)
+                    await self._unload(step, dependents=True)
+
+    async def _steps(self, ensemble: str) -> list[str]:
+        """The step models of a loaded ensemble; none for one that is not loaded."""
+        try:
+            return await self.ensembles.composing_models(ensemble)
+        except TurnoutError:
+            return []
+
+    async def _users(self, model: str) -> list[str]:
+        """The loaded ensembles with a step running `model`; none where an ensemble sidecar
+        cannot say (the unload itself goes on)."""
+        try:
+            return await self.ensembles.dependents(model)
+        except TurnoutError as exc:
+            logger.warning("the ensembles using '%s' are unknown: %s", model, exc.message)
+            return []
 
     async def _models_changed(self, model: str) -> None:
         """A load or unload of `model` went through here: relearn, here and in the

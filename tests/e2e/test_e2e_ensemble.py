@@ -341,33 +341,49 @@ def test_a_step_fed_a_bad_shape_fails_naming_the_ensemble_and_the_step(ensembles
     np.testing.assert_array_equal(client.infer("loose", pair_inputs(module, a, b)).as_numpy("SUM"), a + b)
 
 
-def test_an_unloaded_step_model_fails_the_ensemble_until_it_is_back(ensembles: Server) -> None:
+def test_unloading_a_step_model_unloads_the_ensembles_using_it_until_it_is_back(ensembles: Server) -> None:
+    # As Triton's dependency graph (checked on 2.51): the ensembles go with their step model,
+    # and load again once it is back.
     client = grpcclient.InferenceServerClient(ensembles.grpc)
     a, b = operands()
     client.unload_model("simple_torch")
     try:
+        assert not client.is_model_ready("chain") and not client.is_model_ready("fork")
+        assert client.is_model_ready("loose")  # its only step is the ONNX model
+        index = {entry.name: entry for entry in client.get_model_repository_index().models}
+        assert (index["chain"].state, index["chain"].reason) == ("UNAVAILABLE", "unloaded")
         with pytest.raises(InferenceServerException) as caught:
             client.infer("chain", pair_inputs(grpcclient, a, b))
-        assert caught.value.message() == (
-            "in ensemble 'chain', Request for unknown model: 'simple_torch' has no available versions"
-        )
         assert caught.value.status() == "StatusCode.NOT_FOUND"
-        assert client.is_server_live() and client.is_model_ready("chain")
+        assert client.is_server_live()
     finally:
         client.load_model("simple_torch")
+    assert client.is_model_ready("chain") and client.is_model_ready("fork")
     np.testing.assert_array_equal(client.infer("chain", pair_inputs(grpcclient, a, b)).as_numpy("SUM"), 2 * (a + b))
 
 
-def test_unloading_a_step_model_with_its_dependents_unloads_the_ensembles_using_it(ensembles: Server) -> None:
+def test_unload_dependents_takes_the_step_models_only_the_ensemble_loaded(ensembles: Server) -> None:
+    # As Triton (checked on 2.51): a step model loaded with its ensemble goes with it when
+    # the unload asks for its dependents, and stays without; one a client loaded stays.
     client = httpclient.InferenceServerClient(ensembles.http)
     try:
-        client.unload_model("simple_torch", unload_dependents=True)
-        assert not client.is_model_ready("chain") and not client.is_model_ready("fork")
-        assert client.is_model_ready("loose")  # its only step is the ONNX model
+        client.unload_model("strings")
+        client.unload_model("simple_string")
+        client.load_model("strings")  # loads simple_string with it
+        assert client.is_model_ready("simple_string")
+        client.unload_model("strings")
+        assert client.is_model_ready("simple_string")
+        client.load_model("strings")
+        client.unload_model("strings", unload_dependents=True)
+        assert not client.is_model_ready("strings") and not client.is_model_ready("simple_string")
+        client.load_model("simple_string")  # a client's load: it stays from now on
+        client.load_model("strings")
+        client.unload_model("strings", unload_dependents=True)
+        assert client.is_model_ready("simple_string")
     finally:
-        for model in ("simple_torch", "chain", "fork"):
+        for model in ("simple_string", "strings"):
             client.load_model(model)
-    assert client.is_model_ready("chain") and client.is_model_ready("fork")
+    assert client.is_model_ready("strings")
 
 
 def test_an_ensemble_has_metadata_config_readiness_and_an_index_entry(ensembles: Server) -> None:
