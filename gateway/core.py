@@ -8,6 +8,7 @@ here and map TurnoutError once. Nothing here knows HTTP or gRPC servers.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -37,6 +38,7 @@ from gateway.upstream import READY_TIMEOUT_SECS, SidecarClient
 from gateway.workers import (
     CUDA_SHM_REGISTER,
     CUDA_SHM_UNREGISTER,
+    DEPENDENCIES,
     LOG_SETTINGS,
     MODELS_CHANGED,
     SHM_REGISTER,
@@ -403,7 +405,10 @@ class Gateway:
             pb.ModelReadyRequest(name=request.model_name)
         ):
             self._implicit.discard(request.model_name)
-        await self._load(request)
+        try:
+            await self._load(request)
+        finally:
+            await self._share_dependencies()
 
     async def _load(self, request: pb.RepositoryModelLoadRequest) -> None:
         self._check_repository_request(request.repository_name, request.parameters)
@@ -468,7 +473,21 @@ class Gateway:
         name = request.model_name
         self._held.pop(name, None)
         self._implicit.discard(name)
-        await self._unload(name, cascade, request)
+        try:
+            await self._unload(name, cascade, request)
+        finally:
+            await self._share_dependencies()
+
+    async def _share_dependencies(self) -> None:
+        """The sibling workers take this worker's dependency state (best effort: a worker
+        that missed it holds its own until the next load or unload)."""
+        state = pb.RepositoryModelLoadRequest()
+        state.parameters["implicit"].string_param = json.dumps(sorted(self._implicit))
+        state.parameters["held"].string_param = json.dumps(self._held)
+        try:
+            await self.siblings.share(DEPENDENCIES, state)
+        except TurnoutError as exc:
+            logger.warning("%s", exc.message)
 
     async def _unload(
         self, model: str, dependents: bool, request: pb.RepositoryModelUnloadRequest | None = None
@@ -624,6 +643,9 @@ class Gateway:
             self.tracer.settings.update(request.model_name, updates)
         elif method == LOG_SETTINGS:
             self._logs.update(log_updates(request))
+        elif method == DEPENDENCIES:
+            self._implicit = set(json.loads(request.parameters["implicit"].string_param))
+            self._held = json.loads(request.parameters["held"].string_param)
         elif method == MODELS_CHANGED:
             await self._registry.refresh()
             self.ensembles.forget_plans()

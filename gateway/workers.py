@@ -65,6 +65,8 @@ CUDA_SHM_UNREGISTER = "CudaSharedMemoryUnregister"
 TRACE_SETTING = "TraceSetting"
 LOG_SETTINGS = "LogSettings"
 MODELS_CHANGED = "ModelsChanged"  # a load or unload went through (the request names the model)
+# The dependency graph's state after a load or unload: parameters `implicit` and `held` (JSON).
+DEPENDENCIES = "Dependencies"
 ENSEMBLE_STATISTICS = "EnsembleStatistics"
 
 SHARED: dict[str, type[Message]] = {
@@ -75,6 +77,7 @@ SHARED: dict[str, type[Message]] = {
     TRACE_SETTING: pb.TraceSettingRequest,
     LOG_SETTINGS: pb.LogSettingsRequest,
     MODELS_CHANGED: pb.RepositoryModelLoadRequest,
+    DEPENDENCIES: pb.RepositoryModelLoadRequest,
 }
 
 Apply = Callable[[str, Any], Awaitable[None]]

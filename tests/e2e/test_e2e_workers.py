@@ -168,6 +168,20 @@ def test_a_refused_change_changes_no_worker(server: Server) -> None:
             assert client.get_system_shared_memory_status() == []
 
 
+def test_an_ensemble_held_through_one_worker_comes_back_through_any(server: Server) -> None:
+    # Unloading `simple` unloads `twice` (its step); whichever worker loads `simple` again
+    # loads `twice` with it, as Triton's dependency graph does.
+    for _ in range(4):  # each time on a fresh connection, so on either worker
+        with httpclient.InferenceServerClient(server.http) as client:
+            client.unload_model("simple")
+            assert not client.is_model_ready("twice")
+        with httpclient.InferenceServerClient(server.http) as client:
+            client.load_model("simple")
+            assert client.is_model_ready("twice")
+    for _ in range(CLIENTS):
+        _infer_http(server.http, "twice")
+
+
 def test_unload_and_load_through_one_worker_hold_in_every_worker(server: Server) -> None:
     with grpcclient.InferenceServerClient(server.grpc) as first:
         first.unload_model("linear")
