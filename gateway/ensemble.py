@@ -20,11 +20,11 @@ from gateway.tracing.trace import REQUEST_END, Trace
 from protos import codec
 from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc
-from protos.datatypes import from_name
+from protos.datatypes import BY_NAME
 from protos.ensemble_steps import check_step_configs
 from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import TurnoutError, invalid_arg, not_found, unsupported
-from protos.validation import validate
+from protos.validation import ValidRequest, validate
 
 ENSEMBLE_FRAMEWORK = "ensemble"
 CLASSIFICATION = "classification"
@@ -139,8 +139,8 @@ class Ensembles:
         stats = self._statistics.setdefault((plan.name, plan.version), VersionStatistics())
         # Refused here, as Triton's core refuses any request before it runs (its texts,
         # naming the ensemble, in its order): not counted in the ensemble's statistics.
-        batch_size = validate(request, plan.signature).batch_size
-        tensors = _request_tensors(request, plan.name)
+        valid = validate(request, plan.signature)
+        tensors = _request_tensors(request, valid)
         wanted = _wanted_outputs(request, plan)
         try:
             queued_ns = time.perf_counter_ns() - started
@@ -150,7 +150,7 @@ class Ensembles:
             stats.record_failure(time.perf_counter_ns() - started)
             raise
         total_ns = time.perf_counter_ns() - started
-        times = BatchTimes(batch_size, 0, total_ns - queued_ns, 0)  # no tensors to copy in or out
+        times = BatchTimes(valid.batch_size, 0, total_ns - queued_ns, 0)  # no tensors to copy in or out
         stats.record_batch(times)
         stats.record_success(total_ns, queued_ns, times)
         return response
@@ -293,31 +293,18 @@ def in_ensemble(ensemble: str, error: TurnoutError) -> TurnoutError:
     return TurnoutError(error.status, f"in ensemble '{ensemble}', {error.message}")
 
 
-def _request_tensors(request: pb.ModelInferRequest, model: str) -> dict[str, Tensor]:
-    """The inputs of a request validated against the ensemble, as raw tensors; typed
-    `contents` are encoded once, here."""
+def _request_tensors(request: pb.ModelInferRequest, valid: ValidRequest) -> dict[str, Tensor]:
+    """The inputs of a request validated against the ensemble, as raw tensors: the raw
+    contents as they came, typed `contents` as the bytes of the arrays validation decoded."""
     raw = request.raw_input_contents  # validated: raw for every input, or contents for every input
     return {
         tensor.name: Tensor(
             tensor.datatype,
             tuple(tensor.shape),
-            _encode_contents(tensor, model) if tensor.HasField("contents") else raw[position],
+            raw[position] if raw else codec.to_raw(valid.inputs[tensor.name], BY_NAME[tensor.datatype]),
         )
         for position, tensor in enumerate(request.inputs)
     }
-
-
-def _encode_contents(tensor: pb.ModelInferRequest.InferInputTensor, model: str) -> bytes:
-    datatype = from_name(tensor.datatype)
-    if datatype is None or datatype.contents_field is None:
-        raise invalid_arg(f"invalid datatype '{tensor.datatype}' of input '{tensor.name}' for model '{model}'")
-    values = getattr(tensor.contents, datatype.contents_field)
-    try:
-        return codec.to_raw(codec.from_contents(values, datatype, tensor.shape), datatype)
-    except codec.CodecError as exc:
-        raise invalid_arg(
-            f"unexpected number of elements for input '{tensor.name}' for model '{model}': {exc}"
-        ) from exc
 
 
 def _wanted_outputs(

@@ -36,7 +36,6 @@ class Plan:
 
     name: str
     version: str
-    max_batch_size: int
     inputs: Mapping[str, TensorSpec]
     outputs: tuple[str, ...]  # ensemble outputs, config order
     # The order an answer lists them in: Triton's ensemble keeps them in a std::unordered_map.
@@ -63,7 +62,7 @@ def build_plan(config: mc.ModelConfig, version: str) -> Plan:
     consumed = frozenset(tensor for step in steps for _, tensor in step.inputs)
     answer_order = tuple(outputs[i] for i in core_order(outputs))
     signature = Signature(config)
-    return Plan(config.name, version, config.max_batch_size, inputs, outputs, answer_order, steps, consumed, signature)
+    return Plan(config.name, version, inputs, outputs, answer_order, steps, consumed, signature)
 
 
 def _datatype(config_type: int) -> str:

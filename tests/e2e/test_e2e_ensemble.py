@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.test_e2e_frameworks import sidecar_pid
@@ -214,7 +216,7 @@ def test_an_ensemble_answers_on_a_grpc_stream(ensembles: Server) -> None:
 def test_requested_outputs_come_back_as_asked_json_or_binary(ensembles: Server) -> None:
     client = httpclient.InferenceServerClient(ensembles.http)
     a, b = operands()
-    # JSON inputs reach the gateway as typed contents: it encodes them once for the steps.
+    # JSON inputs and JSON outputs, a requested output alone.
     outputs = [httpclient.InferRequestedOutput("DIFF", binary_data=False)]
     result = client.infer("chain", pair_inputs(httpclient, a, b, binary=False), outputs=outputs)
     names = [o["name"] for o in result.get_response()["outputs"]]
@@ -225,6 +227,28 @@ def test_requested_outputs_come_back_as_asked_json_or_binary(ensembles: Server) 
     with pytest.raises(InferenceServerException) as caught:
         client.infer("chain", pair_inputs(httpclient, a, b), outputs=[httpclient.InferRequestedOutput("s1")])
     assert caught.value.message() == "unexpected inference output 's1' for model 'chain'"
+
+
+def test_typed_contents_reach_the_steps_as_raw_tensors(ensembles: Server) -> None:
+    # gRPC typed `contents` (INT32 and BYTES): validated once, then sent on as raw bytes.
+    a, b = operands()
+    request = service_pb2.ModelInferRequest(model_name="chain")
+    for name, array in (("INPUT0", a), ("INPUT1", b)):
+        request.inputs.add(name=name, datatype="INT32", shape=list(array.shape)).contents.int_contents.extend(
+            array.flatten().tolist()
+        )
+    strings = service_pb2.ModelInferRequest(model_name="strings")
+    for name in ("INPUT0", "INPUT1"):
+        strings.inputs.add(name=name, datatype="BYTES", shape=[1, 16]).contents.bytes_contents.extend(
+            [str(i).encode() for i in range(16)]
+        )
+    with grpc.insecure_channel(ensembles.grpc) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        answer = stub.ModelInfer(request)
+        named = {output.name: index for index, output in enumerate(answer.outputs)}
+        total = np.frombuffer(answer.raw_output_contents[named["SUM"]], dtype=np.int32).reshape(a.shape)
+        np.testing.assert_array_equal(total, 2 * (a + b))
+        assert stub.ModelInfer(strings).model_name == "strings"
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
