@@ -33,7 +33,7 @@ from gateway.tracing.trace import (
 )
 from protos import grpc_service_pb2 as pb
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE, abort_call
-from protos.status import CAUSE_METADATA, Cause, TurnoutError, invalid_arg
+from protos.status import CAUSE_METADATA, REFUSAL_STATUS_PARAMETER, Cause, Status, TurnoutError, invalid_arg
 from protos.wire import length_delimited
 
 logger = logging.getLogger(__name__)
@@ -75,15 +75,24 @@ def stream_part(answer: bytes | TurnoutError, request_id: str, model: tuple[str,
     return length_delimited(_INFER_RESPONSE_FIELD, answer + _MORE_RESPONSE)
 
 
-def stream_error(message: str, request_id: str, model: tuple[str, str] = ("", ""), final: bool | None = None) -> bytes:
+def stream_error(
+    message: str,
+    request_id: str,
+    model: tuple[str, str] = ("", ""),
+    final: bool | None = None,
+    status: Status | None = None,
+) -> bytes:
     """An error on the stream, worded as Triton words it: the model's error response names
     the `model` (name, version as the request named it) and the id, `final` when it ends
-    the request; a request refused before it ran (`final` None) carries its id alone."""
+    the request; a request refused before it ran (`final` None) carries its id alone, and
+    its `status` where the caller asked for causes (REFUSAL_STATUS_PARAMETER)."""
     response = pb.ModelStreamInferResponse(error_message=message)
     response.infer_response.id = request_id
     if final is not None:
         response.infer_response.model_name, response.infer_response.model_version = model
         response.infer_response.parameters["triton_final_response"].bool_param = final
+    elif status is not None:
+        response.infer_response.parameters[REFUSAL_STATUS_PARAMETER].string_param = status.name
     serialized: bytes = response.SerializeToString()
     return serialized
 
@@ -163,11 +172,13 @@ def guarded(name: str, gateway: Gateway, handler: Handler, restriction: Restrict
 def _for_clients(error: Exception, context: grpc.aio.ServicerContext) -> Exception:
     """`error` as a client sees it: a cause is for turnout's own callers alone (a python
     model's BLS call asks for it by sending the cause's metadata key)."""
-    if not isinstance(error, TurnoutError) or error.cause is None:
-        return error
-    if any(key == CAUSE_METADATA for key, _ in context.invocation_metadata() or ()):
+    if not isinstance(error, TurnoutError) or error.cause is None or _asks_causes(context):
         return error
     return TurnoutError(error.status, error.message)
+
+
+def _asks_causes(context: grpc.aio.ServicerContext) -> bool:
+    return any(key == CAUSE_METADATA for key, _ in context.invocation_metadata() or ())
 
 
 def guarded_stream(
@@ -242,6 +253,7 @@ class InferenceService:
         # it completes. The stream ends once the client is done and all have answered.
         responses: asyncio.Queue[bytes | tuple[bytes, Trace] | None] = asyncio.Queue()
         call_context = _request_context(context)
+        with_status = _asks_causes(context)
 
         async def one(encoded: bytes) -> None:
             request_id = ""
@@ -262,8 +274,11 @@ class InferenceService:
                     answer = answer or _empty_response(request)
                     responses.put_nowait(stream_response(answer))
             except TurnoutError as exc:
-                answered = exc.cause is Cause.RESPONSE  # the model's error response, not a refusal
-                responses.put_nowait(stream_error(exc.message, request_id, called, final=True if answered else None))
+                if exc.cause is Cause.RESPONSE:  # the model's error response, not a refusal
+                    responses.put_nowait(stream_error(exc.message, request_id, called, final=True))
+                else:
+                    status = exc.status if with_status else None
+                    responses.put_nowait(stream_error(exc.message, request_id, status=status))
             except Exception as exc:
                 logger.exception("stream request failed")
                 responses.put_nowait(stream_error(str(exc) or type(exc).__name__, request_id))

@@ -92,6 +92,9 @@ class Cause(enum.Enum):
 
 # The gRPC trailing metadata key that carries a Cause (the lane has its own field).
 CAUSE_METADATA = "turnout-cause"
+# A stream's in-band refusal has no status of its own; for a caller that sent
+# CAUSE_METADATA, its response's parameter of this name holds the Status's name.
+REFUSAL_STATUS_PARAMETER = "turnout_refusal_status"
 
 
 def cause_named(text: str) -> Cause | None:

@@ -369,24 +369,21 @@ class HttpFront:
         if trace is not None:
             trace.stamp(HTTP_RECV_START)
             request.scope[_TRACE] = trace  # `handle` stamps the send, whatever the answer
-        limit = self._settings.http_max_input_size
-        encoding = check_encoding(request.headers.get("content-encoding"))
-        header = request.headers.get(INFER_HEADER)
-        declared = _declared_length(request)
-        if encoding is None and declared is not None:
-            header_length(header, declared)  # Triton checks the header's range before the body's size
-        body = await _read(request, limit, encoding, _infer_too_large(header, limit))
+        try:
+            infer_request, rendering = await self._infer_request(request, name, version)
+        except TurnoutError:
+            # Triton looks the model up before it reads the body: its refusal comes first.
+            # Asked only here, so a well-formed request pays no extra round trip for it.
+            await self._refuse_model(name, version)
+            raise
+        except _UnreadBody:
+            try:
+                await self._refuse_model(name, version)
+            except TurnoutError as refusal:
+                raise _UnreadBody(refusal) from None
+            raise
         if trace is not None:
             trace.stamp(HTTP_RECV_END)
-        json_length = header_length(header, len(body))
-        infer_request: ModelInferRequest
-        rendering: OutputRendering
-        if json_length == 0:
-            # The raw binary form names no input: gateway.core gives it the model's only one.
-            infer_request, rendering = raw_binary_request(body, name, version)
-        else:
-            infer_request, rendering = parse_infer_request(body, json_length, name, version, limit)
-
         # starlette's headers are a case-insensitive Mapping; routing reads its sticky key there.
         context = RequestContext(request.headers, trace=trace)
         try:
@@ -410,6 +407,31 @@ class HttpFront:
             content = compress(content, encoding)
             headers["Content-Encoding"] = encoding
         return Response(content, media_type=media_type, headers=headers)
+
+    async def _infer_request(
+        self, request: Request, name: str, version: str
+    ) -> tuple[ModelInferRequest, OutputRendering]:
+        """The infer body read and parsed, in Triton's order of checks: the encoding, the
+        header length's range, the body's size, then its contents."""
+        limit = self._settings.http_max_input_size
+        encoding = check_encoding(request.headers.get("content-encoding"))
+        header = request.headers.get(INFER_HEADER)
+        declared = _declared_length(request)
+        if encoding is None and declared is not None:
+            header_length(header, declared)  # Triton checks the header's range before the body's size
+        body = await _read(request, limit, encoding, _infer_too_large(header, limit))
+        json_length = header_length(header, len(body))
+        if json_length == 0:
+            # The raw binary form names no input: gateway.core gives it the model's only one.
+            return raw_binary_request(body, name, version)
+        return parse_infer_request(body, json_length, name, version, limit)
+
+    async def _refuse_model(self, name: str, version: str) -> None:
+        """Raise what Triton answers an HTTP infer for this model before it reads the
+        body: an unknown model or version, or a decoupled model."""
+        answer = await self._gateway.model_config(ModelConfigRequest(name=name, version=version))
+        if answer.config.model_transaction_policy.decoupled:
+            raise unsupported(_HTTP_DECOUPLED)
 
     async def _generate(self, request: Request, name: str, version: str, stream: bool) -> Response:
         """Triton's generate extension: a flat JSON body in, the response as flat JSON; with

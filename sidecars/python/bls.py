@@ -16,7 +16,7 @@ from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 from protos.datatypes import from_name, from_numpy
 from protos.rpc import MESSAGE_SIZE_OPTIONS
-from protos.status import CAUSE_METADATA, Cause, Status, cause_named, status_from_grpc
+from protos.status import CAUSE_METADATA, REFUSAL_STATUS_PARAMETER, Cause, Status, cause_named, status_from_grpc
 from sidecars.python import backend_utils as pb_utils
 from sidecars.python.channel import GatewayTls
 
@@ -64,21 +64,30 @@ class BlsClient:
         try:
             return _response(self._service().ModelInfer(message, timeout=timeout, metadata=_ASK_CAUSE))
         except grpc.RpcError as exc:
-            return _failed(status_from_grpc(exc.code()).value, _refusal_text(request.model_name, exc))
+            return _call_failed(request.model_name, exc)
 
     def _stream(self, message: pb.ModelInferRequest, timeout: float | None) -> Iterator[pb_utils.InferenceResponse]:
-        """The responses of one request on ModelStreamInfer, up to the one marked final."""
+        """The responses of one request on ModelStreamInfer, up to the one marked final;
+        as Triton's iterator, the final flag sent alone is an empty last response."""
+        message.parameters["triton_enable_empty_final_response"].bool_param = True
         try:
-            for answer in self._service().ModelStreamInfer(iter([message]), timeout=timeout):
+            answers = self._service().ModelStreamInfer(iter([message]), timeout=timeout, metadata=_ASK_CAUSE)
+            for answer in answers:
                 final = answer.infer_response.parameters.get("triton_final_response")
+                if final is None:  # refused before it ran: the stream says so without a final flag
+                    named = answer.infer_response.parameters.get(REFUSAL_STATUS_PARAMETER)
+                    status = (
+                        Status.__members__.get(named.string_param, Status.INTERNAL)
+                        if named is not None
+                        else Status.INTERNAL
+                    )
+                    yield _refused(message.model_name, status, None, answer.error_message)
+                    return
                 if answer.error_message:
                     yield _failed(Status.INTERNAL.value, answer.error_message)
-                    if final is not None and not final.bool_param:
-                        continue  # an error response with more to follow, as Triton's iterator gives it
-                    return
-                if answer.infer_response.outputs or final is None or not final.bool_param:
+                else:
                     yield _response(answer.infer_response)
-                if final is not None and final.bool_param:
+                if final.bool_param:
                     return
         except grpc.RpcError as exc:
             yield _failed(status_from_grpc(exc.code()).value, exc.details() or str(exc.code()))
@@ -88,24 +97,30 @@ class BlsClient:
 _ASK_CAUSE = ((CAUSE_METADATA, "1"),)
 
 
-def _refusal_text(model: str, error: grpc.RpcError) -> str:
-    """An error as the python backend's BLS words it: the model's own error response as it
-    is; a request refused before it ran with the model's name before the text, a model it
-    cannot find as not ready, a decoupled model in its own words."""
+def _call_failed(model: str, error: grpc.RpcError) -> pb_utils.InferenceResponse:
+    """A failed one-answer call: the model's own error response as it is, else a refusal."""
     details = error.details() or str(error.code())
     causes = [str(value) for key, value in error.trailing_metadata() or () if key == CAUSE_METADATA]
     cause = cause_named(causes[0]) if causes else None
+    status = status_from_grpc(error.code())
     if cause is Cause.RESPONSE:
-        return details
+        return _failed(status.value, details)
+    return _refused(model, status, cause, details)
+
+
+def _refused(model: str, status: Status, cause: Cause | None, details: str) -> pb_utils.InferenceResponse:
+    """A request refused before it ran, as the python backend's BLS gives it: an internal
+    error naming the model before the text; a model it cannot find is not ready, a
+    decoupled model asked for one answer gets the backend's own sentence."""
     if cause is Cause.DECOUPLED:
         details = (
             f"Model {model} is using the decoupled. The current BLS request call doesn't support models using the "
             "decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' or 'async_exec' calls "
             "for decoupled models.'"
         )
-    elif error.code() == grpc.StatusCode.NOT_FOUND:
+    elif status is Status.NOT_FOUND:
         details = f"Failed for execute the inference request. Model '{model}' is not ready."
-    return f"Model {model} - Error when running inference: {details}"
+    return _failed(Status.INTERNAL.value, f"Model {model} - Error when running inference: {details}")
 
 
 def _read(path: str) -> bytes:

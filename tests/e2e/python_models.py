@@ -180,19 +180,22 @@ class TritonPythonModel:
                 requested_output_names=["OUTPUT0", "OUTPUT1"],
             )
             if parameters.get("stream"):  # "5,6,7": a decoupled call to `repeat`, its answers in words
-                responses.append(self.stream(parameters["stream"]))
+                responses.append(self.stream(parameters["stream"], parameters.get("stream_target", "repeat")))
                 continue
             answer = await call.async_exec() if parameters.get("async") else call.exec()
             if answer.has_error():
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(answer.error().message())))
+                message = answer.error().message()
+                if parameters.get("code"):  # whether BLS gave the error Triton's INTERNAL code
+                    message += " (INTERNAL)" if answer.error().code() == pb_utils.TritonError.INTERNAL else " (other)"
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
                 continue
             outputs = [pb_utils.get_output_tensor_by_name(answer, n) for n in ("OUTPUT0", "OUTPUT1")]
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(t.name(), t.as_numpy()) for t in outputs]))
         return responses
 
-    def stream(self, values):
+    def stream(self, values, target):
         call = pb_utils.InferenceRequest(
-            model_name="repeat",
+            model_name=target,
             inputs=[pb_utils.Tensor("IN", np.array([int(v) for v in values.split(",")], dtype=np.int32))],
             requested_output_names=["OUT"],
             parameters={"fail_at": 1},
@@ -203,6 +206,8 @@ class TritonPythonModel:
                 seen.append("error: " + answer.error().message())
             elif answer.output_tensors():
                 seen.append(str(int(pb_utils.get_output_tensor_by_name(answer, "OUT").as_numpy()[0])))
+            else:
+                seen.append("empty")
         return pb_utils.InferenceResponse([], parameters={"seen": " | ".join(seen)})
 """
 

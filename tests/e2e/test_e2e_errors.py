@@ -393,6 +393,34 @@ def test_unsupported_content_encoding(server: Server) -> None:
     assert_http_serves(server.http)
 
 
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        (b"{not json", {}),
+        (b'{"inputs": []}', {"Inference-Header-Content-Length": "999"}),
+        (b'{"inputs": []}', {"Content-Encoding": "br"}),
+        (b"not gzip", {"Content-Encoding": "gzip"}),
+    ],
+    ids=["malformed", "header-length", "encoding", "bad-gzip"],
+)
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ("foo", "Request for unknown model: 'foo' is not found"),
+        ("simple/versions/7", "Request for unknown model: 'simple' version 7 is not found"),
+    ],
+    ids=["model", "version"],
+)
+def test_an_unknown_model_is_refused_before_its_body_is_read(
+    server: Server, body: bytes, headers: dict[str, str], path: str, text: str
+) -> None:
+    # Triton looks the model up before it reads an infer body: a bad body to a model it
+    # does not serve answers that the model is unknown.
+    response = httpx.post(f"http://{server.http}/v2/models/{path}/infer", content=body, headers=headers, timeout=30)
+    assert (response.status_code, response.json()) == (404, {"error": text})
+    assert_http_serves(server.http)
+
+
 def test_unknown_path_and_wrong_method(server: Server) -> None:
     missing = httpx.get(f"http://{server.http}/v2/nowhere/at/all", timeout=30)
     assert (missing.status_code, missing.json()) == (404, {"error": "Not Found"})

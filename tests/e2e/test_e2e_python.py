@@ -241,17 +241,40 @@ def test_bls_errors_come_back_in_the_response(up: Server) -> None:
             ),
         ):
             with pytest.raises(InferenceServerException) as caught:
-                client.infer("bls", http_inputs(a, b), parameters={"target": target})
-            assert caught.value.message() == refused.format(target) + text
+                client.infer("bls", http_inputs(a, b), parameters={"target": target, "code": True})
+            # A refusal is an INTERNAL error, whatever status the server gave it.
+            assert caught.value.message() == refused.format(target) + text + " (INTERNAL)"
 
 
 def test_a_bls_stream_goes_on_past_an_error_response(up: Server) -> None:
-    # `repeat` answers 5, an error in place of 6, then 7: a decoupled BLS call sees all three.
+    # `repeat` answers 5, an error in place of 6, then 7, then its final flag alone: a
+    # decoupled BLS call sees all four, the last an empty response (as in Triton 2.51).
     a, b = simple_arrays()
     with grpcclient.InferenceServerClient(up.grpc) as client:
         result = client.infer("bls", grpc_inputs(a, b), parameters={"stream": "5,6,7"})
     seen = result.get_response().parameters["seen"].string_param
-    assert seen == "5 | error: no answer for 6 | 7"
+    assert seen == "5 | error: no answer for 6 | 7 | empty"
+
+
+@pytest.mark.parametrize(
+    ("target", "text"),
+    [
+        ("no_such_model", "Failed for execute the inference request. Model 'no_such_model' is not ready."),
+        (
+            "misbehaving",
+            "[request id: <id_unknown>] unexpected shape for input 'IN' for model 'misbehaving'. "
+            "Expected [1], got [3]. ",
+        ),
+        ("simple", "unexpected inference output 'OUT' for model 'simple'"),
+    ],
+)
+def test_a_bls_stream_refused_before_it_ran_names_the_model(up: Server, target: str, text: str) -> None:
+    # As the python backend words a refusal, on its decoupled path too (checked against 2.51).
+    a, b = simple_arrays()
+    with grpcclient.InferenceServerClient(up.grpc) as client:
+        result = client.infer("bls", grpc_inputs(a, b), parameters={"stream": "5,6,7", "stream_target": target})
+    seen = result.get_response().parameters["seen"].string_param
+    assert seen == f"error: Model {target} - Error when running inference: {text}"
 
 
 def test_repository_lists_python_models_ready(up: Server) -> None:

@@ -115,6 +115,17 @@ def test_a_decoupled_model_is_refused_on_model_infer(up: Server) -> None:
     )
 
 
+def test_a_decoupled_model_is_refused_over_http_before_its_body_is_read(up: Server) -> None:
+    # As Triton's HTTP front: the transaction policy is checked before the body, so even
+    # a malformed one answers that HTTP infer cannot serve the model.
+    for body, headers in ((b"{not json", {}), (b"{}", {"Inference-Header-Content-Length": "99"})):
+        refused = httpx.post(f"http://{up.http}/v2/models/repeat/infer", content=body, headers=headers)
+        assert (refused.status_code, refused.json()) == (
+            501,
+            {"error": "HTTP end point doesn't support models with decoupled transaction policy"},
+        )
+
+
 def test_generate_stream_sends_each_response_as_an_event(up: Server) -> None:
     events = []
     with httpx.stream("POST", f"http://{up.http}/v2/models/repeat/generate_stream", json={"IN": [3, 4, 5]}) as response:

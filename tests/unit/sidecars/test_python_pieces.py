@@ -13,7 +13,7 @@ from protos import model_config_pb2 as mc
 from protos.status import CAUSE_METADATA, Cause
 from protos.triton_metrics import Exposition
 from sidecars.python import backend_utils as pb_utils
-from sidecars.python.bls import _refusal_text
+from sidecars.python.bls import _call_failed
 from sidecars.python.channel import MetricOp
 from sidecars.python.custom_metrics import CustomMetrics
 from sidecars.python.model_json import config_json, merge_completion, read_config_json
@@ -150,12 +150,18 @@ class _CallError(grpc.RpcError):
 
 
 def test_bls_words_a_refusal_and_passes_a_models_error_response() -> None:
+    def failed(error: _CallError) -> tuple[str, str]:
+        response = _call_failed("m", error)
+        return response.error().message(), response.error().code()
+
     prefix = "Model m - Error when running inference: "
     response = _CallError(grpc.StatusCode.INVALID_ARGUMENT, "bad input on purpose", Cause.RESPONSE.value)
-    assert _refusal_text("m", response) == "bad input on purpose"  # the model's own, as it is
+    assert failed(response) == ("bad input on purpose", "INVALID_ARG")  # the model's own, as it is
+    # A refusal is INTERNAL whatever its status, as the python backend gives it.
     refused = _CallError(grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference output 'X' for model 'm'")
-    assert _refusal_text("m", refused) == prefix + "unexpected inference output 'X' for model 'm'"
+    assert failed(refused) == (prefix + "unexpected inference output 'X' for model 'm'", "INTERNAL")
     unknown = _CallError(grpc.StatusCode.NOT_FOUND, "Request for unknown model: 'm' is not found")
-    assert _refusal_text("m", unknown) == prefix + "Failed for execute the inference request. Model 'm' is not ready."
+    not_ready = prefix + "Failed for execute the inference request. Model 'm' is not ready."
+    assert failed(unknown) == (not_ready, "INTERNAL")
     decoupled = _CallError(grpc.StatusCode.UNIMPLEMENTED, "ModelInfer RPC doesn't ...", Cause.DECOUPLED.value)
-    assert _refusal_text("m", decoupled).startswith(prefix + "Model m is using the decoupled.")
+    assert failed(decoupled)[0].startswith(prefix + "Model m is using the decoupled.")
