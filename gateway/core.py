@@ -112,7 +112,7 @@ class Gateway:
         # Triton's dependency graph, for loads and unloads through this gateway: the models
         # loaded only as an ensemble's steps, and the ensembles unloaded because a step went
         # away (with their steps), which load again once every step is back.
-        self._implicit: set[str] = set()
+        self._implicit: set[str] = set(settings.startup_steps)
         self._held: dict[str, list[str]] = {}
 
     # --- lifecycle --------------------------------------------------------------

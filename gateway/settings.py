@@ -38,6 +38,8 @@ class GatewaySettings:
     allow_grpc: bool = True
     allow_metrics: bool = True
     model_control_mode: str = "none"  # none | explicit | poll
+    # The models the sidecars loaded at start only as the steps of a --load-model ensemble.
+    startup_steps: tuple[str, ...] = ()
     strict_readiness: bool = True
     # Fail the start when a loaded ensemble's steps cannot run (turnout up's --exit-on-error).
     exit_on_error: bool = False

@@ -72,23 +72,40 @@ def startup_loads(
     if "*" in names:
         return {framework: ["*"] for framework in frameworks}
     loads: dict[str, list[str]] = {framework: [] for framework in frameworks}
+    for name in _with_steps(models, names):
+        model = models.get(name)
+        if model is not None and model.framework is None:
+            loads[frameworks[0]].append(name)  # the sidecar that reports unassigned folders
+        elif model is None or model.framework not in loads:
+            for wanted in loads.values():
+                wanted.append(name)
+        else:
+            loads[model.framework].append(name)
+    return loads
+
+
+def startup_steps(models: dict[str, FoundModel], names: Sequence[str]) -> list[str]:
+    """The models `--load-model` loads only as an ensemble's steps: Triton's dependency
+    graph holds them as loaded with it, so unloading it with `unload_dependents` takes them."""
+    if "*" in names:
+        return []  # every model is named
+    return [name for name in _with_steps(models, names) if name not in names]
+
+
+def _with_steps(models: dict[str, FoundModel], names: Sequence[str]) -> list[str]:
+    """`names`, each followed by the step models of those that are ensembles, once each."""
+    found: list[str] = []
     pending, seen = list(names), set()
     while pending:
         name = pending.pop(0)
         if name in seen:
             continue
         seen.add(name)
+        found.append(name)
         model = models.get(name)
-        if model is not None and model.framework is None:
-            loads[frameworks[0]].append(name)  # the sidecar that reports unassigned folders
-            continue
-        if model is None or model.framework not in loads:
-            for wanted in loads.values():
-                wanted.append(name)
-            continue
-        loads[model.framework].append(name)
-        pending += _composing_models(model.config_text)
-    return loads
+        if model is not None and model.framework is not None:
+            pending += _composing_models(model.config_text)
+    return found
 
 
 def _composing_models(config_text: str) -> list[str]:

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tenacity import Retrying, retry_if_exception_type, wait_exponential
 
@@ -28,7 +28,7 @@ from gateway.settings import GatewaySettings, SidecarAddress
 from protos.children import die_with_parent
 from protos.logs import LogSettings
 from protos.ready import SIDECAR_READY, parse_ready
-from turnout.scan import frameworks_in, models_in, startup_loads
+from turnout.scan import frameworks_in, models_in, startup_loads, startup_steps
 
 log = logging.getLogger("turnout.supervisor")
 
@@ -84,7 +84,8 @@ class Supervisor:
             for framework in frameworks:
                 self._start(framework)
             addresses = tuple(SidecarAddress(c.framework, c.address, c.lane, c.metrics) for c in self._children)
-            return run_gateway(settings_for(addresses))
+            steps = tuple(startup_steps(models, self._load_models))
+            return run_gateway(replace(settings_for(addresses), startup_steps=steps))
         except _StartFailed as failure:
             log.error("%s", failure)
             return 1

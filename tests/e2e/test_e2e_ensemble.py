@@ -608,3 +608,19 @@ def test_loading_an_ensemble_whose_steps_contradict_their_models_fails(explicit:
         client.load_model(model)
     assert INVALID_AT_LOAD[model] in str(failure.value)
     assert not client.is_model_ready(model)
+
+
+def test_unloading_an_ensemble_named_at_start_with_its_dependents_takes_the_steps_loaded_for_it(
+    explicit: Server,
+) -> None:
+    # As Triton (checked on 2.51): the steps --load-model=chain loaded are chain's
+    # dependents; a model named at start itself (simple_slow) is not.
+    client = httpclient.InferenceServerClient(explicit.http)
+    try:
+        client.unload_model("chain", unload_dependents=True)
+        ready = {entry["name"] for entry in client.get_model_repository_index() if entry.get("state") == "READY"}
+        assert not ready & {"chain", "simple", "simple_torch"}
+        assert "simple_slow" in ready
+    finally:
+        client.load_model("chain")
+    assert client.is_model_ready("chain") and client.is_model_ready("simple")
