@@ -208,7 +208,7 @@ class Ensembles:
         """Start every step whose inputs exist, as soon as they do; the first step
         that fails fails the ensemble, and the steps still running are cancelled."""
         # An optional ensemble input the request leaves out is left out of its steps too.
-        absent = {name for name, spec in plan.inputs.items() if spec.optional and name not in tensors}
+        absent = {name for name, spec in plan.signature.inputs.items() if spec.optional and name not in tensors}
         waiting = list(plan.steps)
         running: set[asyncio.Task[dict[str, Tensor]]] = set()
         try:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from protos import model_config_pb2 as mc
-from protos.datatypes import from_config_name
 from protos.input_order import core_order
 from protos.validation import Signature
 
@@ -24,19 +22,11 @@ class Step:
 
 
 @dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    datatype: str  # protocol name: "INT32"
-    optional: bool = False
-
-
-@dataclass(frozen=True)
 class Plan:
     """What running one ensemble version needs, built once from its config."""
 
     name: str
     version: str
-    inputs: Mapping[str, TensorSpec]
     outputs: tuple[str, ...]  # ensemble outputs, config order
     # The order an answer lists them in: Triton's ensemble keeps them in a std::unordered_map.
     answer_order: tuple[str, ...]
@@ -57,14 +47,8 @@ def build_plan(config: mc.ModelConfig, version: str) -> Plan:
         )
         for index, step in enumerate(config.ensemble_scheduling.step)
     )
-    inputs = {t.name: TensorSpec(t.name, _datatype(t.data_type), t.optional) for t in config.input}
     outputs = tuple(t.name for t in config.output)
     consumed = frozenset(tensor for step in steps for _, tensor in step.inputs)
     answer_order = tuple(outputs[i] for i in core_order(outputs))
     signature = Signature(config)
-    return Plan(config.name, version, inputs, outputs, answer_order, steps, consumed, signature)
-
-
-def _datatype(config_type: int) -> str:
-    found = from_config_name(mc.DataType.Name(config_type))
-    return found.name if found is not None else "INVALID"
+    return Plan(config.name, version, outputs, answer_order, steps, consumed, signature)

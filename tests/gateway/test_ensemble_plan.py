@@ -75,4 +75,4 @@ def test_a_variable_dimension_matches_any_and_the_plan_keeps_the_pinned_version(
     assert [(s.model, s.version, s.inputs, s.outputs) for s in plan.steps] == [
         ("simple", "2", (("INPUT0", "A"), ("INPUT1", "B")), (("OUTPUT0", "OUT"),))
     ]
-    assert plan.inputs["A"].datatype == "INT32"
+    assert plan.signature.inputs["A"].datatype.name == "INT32"
