@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 Labels = tuple[tuple[str, str], ...]
 T = TypeVar("T")
 
-# (name, type, HELP) in Triton's order; every family is declared even when empty.
+# (name, type, HELP) in Triton's order. A family without samples is not rendered, as
+# Triton's Prometheus library leaves out an empty family (the GPU ones on a host without).
 FAMILIES: tuple[tuple[str, str, str], ...] = (
     ("nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes"),
     ("nv_inference_request_failure", "counter", "Number of failed inference requests, all batch sizes"),
@@ -35,7 +36,11 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
         "counter",
         "Cumulative inference request duration in microseconds (includes cached requests)",
     ),
-    ("nv_inference_queue_duration_us", "counter", "Cumulative inference queuing duration in microseconds"),
+    (
+        "nv_inference_queue_duration_us",
+        "counter",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+    ),
     (
         "nv_inference_compute_input_duration_us",
         "counter",
@@ -51,7 +56,11 @@ FAMILIES: tuple[tuple[str, str, str], ...] = (
         "counter",
         "Cumulative inference compute output duration in microseconds (does not include cached requests)",
     ),
-    ("nv_inference_pending_request_count", "gauge", "Instantaneous number of pending requests awaiting execution"),
+    (
+        "nv_inference_pending_request_count",
+        "gauge",
+        "Instantaneous number of pending requests awaiting execution per-model.",
+    ),
     ("nv_model_load_duration_secs", "gauge", "Model load time in seconds"),
     ("nv_cpu_utilization", "gauge", "CPU utilization rate [0.0 - 1.0]"),
     ("nv_cpu_memory_total_bytes", "gauge", "CPU total memory (RAM), in bytes"),
@@ -147,8 +156,11 @@ class Exposition:
     def render(self) -> str:
         lines: list[str] = []
         for family, (kind, text) in self._families.items():
+            samples = self._samples[family]
+            if not samples:
+                continue
             lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"]
-            for (sample, labels), value in self._samples[family].items():
+            for (sample, labels), value in samples.items():
                 rendered = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
                 lines.append(f"{sample}{{{rendered}}} {_number(value)}" if rendered else f"{sample} {_number(value)}")
         return "\n".join(lines) + "\n"

@@ -9,8 +9,10 @@ process serves one model instance, so that link is the process's own."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
@@ -359,7 +361,9 @@ class Logger:
 
 
 class MetricFamily:
-    """A custom metric family, served on the sidecar's metrics port with Triton's own."""
+    """A custom metric family, served on the sidecar's metrics port with Triton's own. As
+    in Triton, the family lives as long as this object: once it is garbage collected, its
+    metrics leave the metrics port and refuse every operation (keep it, e.g. on `self`)."""
 
     COUNTER = "counter"
     GAUGE = "gauge"
@@ -379,31 +383,48 @@ class MetricFamily:
             raise TritonModelException("Unexpected buckets found for non-histogram metrics.")
         return Metric(self, labels or {}, tuple(buckets or ()))
 
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # a process on its way out has no link left
+            _link().metric("delete", self, (), 0.0)
+
+
+_FAMILY_DELETED = (
+    "Invalid metric operation as the corresponding 'MetricFamily' has been deleted. The 'MetricFamily' object "
+    "should be deleted AFTER its corresponding 'Metric' objects have been deleted."
+)
+
 
 class Metric:
     def __init__(self, family: MetricFamily, labels: dict[str, str], buckets: tuple[float, ...]) -> None:
-        self._family = family
+        self._family = weakref.ref(family)  # a metric does not keep its family alive, as in Triton
+        self._kind = family.kind
         self._labels = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
         self.buckets = buckets
         _link().metric("create", family, self._labels, 0.0)
 
+    def _apply(self, op: str, value: float, failure: str) -> float:
+        family = self._family()
+        if family is None:
+            raise TritonModelException(f"{failure}: {_FAMILY_DELETED}")
+        return _link().metric(op, family, self._labels, value)
+
     def increment(self, value: float) -> None:
-        if self._family.kind == MetricFamily.COUNTER and value < 0:
+        if self._kind == MetricFamily.COUNTER and value < 0:
             raise TritonModelException("Failed to increment metric value: counters cannot be decreased")
-        _link().metric("increment", self._family, self._labels, float(value))
+        self._apply("increment", float(value), "Failed to increment metric value")
 
     def set(self, value: float) -> None:
-        if self._family.kind != MetricFamily.GAUGE:
+        if self._kind != MetricFamily.GAUGE:
             raise TritonModelException("Failed to set metric value: only gauges can be set")
-        _link().metric("set", self._family, self._labels, float(value))
+        self._apply("set", float(value), "Failed to set metric value")
 
     def observe(self, value: float) -> None:
-        if self._family.kind != MetricFamily.HISTOGRAM:
+        if self._kind != MetricFamily.HISTOGRAM:
             raise TritonModelException("Failed to observe metric value: only histograms observe values")
-        _link().metric("observe", self._family, self._labels, float(value))
+        self._apply("observe", float(value), "Failed to observe metric value")
 
     def value(self) -> float:
-        return _link().metric("value", self._family, self._labels, 0.0)
+        return self._apply("value", 0.0, "Failed to get metric value")
 
 
 # -- BLS responses of a decoupled model -----------------------------------------------------

@@ -36,9 +36,12 @@ class Channel:
 
     def send(self, message: tuple[Any, ...]) -> None:
         payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        frame = _LENGTH.pack(len(payload)) + payload
+        # Nothing is allocated while the lock is held, so no garbage collection (and no
+        # MetricFamily.__del__, which sends) can run in this thread while it holds it.
         with self._sending:
             try:
-                self._sock.sendall(_LENGTH.pack(len(payload)) + payload)
+                self._sock.sendall(frame)
             except OSError as exc:
                 raise ChannelClosed(str(exc)) from exc
 
@@ -115,7 +118,8 @@ class ResponseData:
 
 @dataclass(frozen=True)
 class MetricOp:
-    """A custom metric operation: "increment", "set", "observe" or "value"."""
+    """A custom metric operation: "create", "increment", "set", "observe", "value", or
+    "delete" (the model's family object is gone)."""
 
     op: str
     family: str

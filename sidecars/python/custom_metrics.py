@@ -33,8 +33,13 @@ class CustomMetrics:
         self._histograms: dict[tuple[str, Labels], _Histogram] = {}
 
     def apply(self, op: MetricOp) -> float:
-        """Run one operation; returns the metric's value (0 for a histogram)."""
+        """Run one operation; returns the metric's value (0 for a histogram). "delete": a
+        model's family object is gone, and with it the family and its metrics, as in Triton."""
         with self._lock:
+            if op.op == "delete":
+                if self._families.get(op.family, (op.kind,))[0] == op.kind:
+                    self._forget(op.family)
+                return 0.0
             known = self._families.setdefault(op.family, (op.kind, op.description))
             if known[0] != op.kind:
                 log.warning(
@@ -58,6 +63,12 @@ class CustomMetrics:
                 value = op.value
             self._values[key] = value
             return value
+
+    def _forget(self, family: str) -> None:
+        self._families.pop(family, None)
+        for samples in (self._values, self._histograms):
+            for key in [key for key in samples if key[0] == family]:
+                del samples[key]
 
     def add_to(self, exposition: Exposition) -> None:
         with self._lock:

@@ -104,15 +104,24 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def initialize(self, args):
-        family = pb_utils.MetricFamily(
+        # Each family is kept: once its object is gone, its metrics refuse every operation
+        # and leave the metrics port, as in Triton.
+        self.executions_family = pb_utils.MetricFamily(
             name="misbehaving_executions",
             description="Executions of the misbehaving model",
             kind=pb_utils.MetricFamily.COUNTER,
         )
-        self.executions = family.Metric(labels={"model": args["model_name"]})
-        self.saw_cancel = pb_utils.MetricFamily(
+        self.executions = self.executions_family.Metric(labels={"model": args["model_name"]})
+        self.cancel_family = pb_utils.MetricFamily(
             name="misbehaving_saw_cancel", description="Cancellations seen", kind=pb_utils.MetricFamily.GAUGE
-        ).Metric()
+        )
+        self.saw_cancel = self.cancel_family.Metric()
+        # A family dropped at once, as a model may do by mistake.
+        dropped = pb_utils.MetricFamily(
+            name="misbehaving_dropped", description="Dropped at once", kind=pb_utils.MetricFamily.COUNTER
+        )
+        self.orphan = dropped.Metric()
+        del dropped
         self.pid = os.getpid()
 
     def execute(self, requests):
@@ -131,6 +140,8 @@ class TritonPythonModel:
             self.saw_cancel.set(1 if requests[0].is_cancelled() else -1)
             error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
             return [pb_utils.InferenceResponse(error=error)]
+        if mode == "orphan":
+            self.orphan.increment(1)  # raises: its family object is gone
         if mode == "count":
             return []
         if mode == "type":

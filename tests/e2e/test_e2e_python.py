@@ -196,6 +196,19 @@ def test_custom_metrics_reach_the_fleet_metrics_port(up: Server) -> None:
     assert 'nv_inference_request_success{model="add_sub",version="1"}' in text
 
 
+def test_a_metric_whose_family_object_is_gone_refuses_and_leaves_the_metrics_port(up: Server) -> None:
+    # As Triton's python backend (checked on 2.51): a family lives as long as its object.
+    with pytest.raises(InferenceServerException) as caught:
+        _misbehave(up, "orphan")
+    assert (
+        "TritonModelException: Failed to increment metric value: Invalid metric operation as the corresponding "
+        "'MetricFamily' has been deleted. The 'MetricFamily' object should be deleted AFTER its corresponding "
+        "'Metric' objects have been deleted." in caught.value.message()
+    )
+    _misbehave(up, "")
+    assert "misbehaving_dropped" not in httpx.get(f"http://{up.metrics}/metrics").text
+
+
 def test_statistics_count_python_requests_and_failures(up: Server) -> None:
     _misbehave(up, "")
     with pytest.raises(InferenceServerException):

@@ -117,6 +117,22 @@ def test_custom_metrics_share_a_family_and_render_each_kind() -> None:
     assert 'm_latency_sum{model="m"} 3.5' in text
 
 
+def test_a_deleted_family_leaves_with_its_metrics() -> None:
+    metrics = CustomMetrics()
+    labels = (("model", "m"),)
+    metrics.apply(MetricOp("increment", "m_requests", "counter", "Requests", labels, 2.0))
+    metrics.apply(MetricOp("observe", "m_latency", "histogram", "Latency", labels, 0.5, (1.0,)))
+    metrics.apply(MetricOp("delete", "m_latency", "histogram", "Latency", (), 0.0))
+    metrics.apply(MetricOp("delete", "m_requests", "gauge", "Requests", (), 0.0))  # another kind's: kept
+    exposition = Exposition()
+    metrics.add_to(exposition)
+    text = exposition.render()
+    assert "m_latency" not in text
+    assert 'm_requests{model="m"} 2' in text
+    # Empty families are left out, as Triton's exposition leaves them out.
+    assert "nv_gpu_utilization" not in text
+
+
 def test_tensors_cross_dlpack_both_ways() -> None:
     torch = pytest.importorskip("torch")
     from torch.utils import dlpack as torch_dlpack
