@@ -561,6 +561,10 @@ class Gateway:
     def system_shm_status(self, request: pb.SystemSharedMemoryStatusRequest) -> pb.SystemSharedMemoryStatusResponse:
         return self._shm.status(request.name)
 
+    def locate_shared_memory(self, name: str, offset: int, byte_size: int) -> None:
+        """Raise Triton's error unless region `name` holds `byte_size` bytes at `offset`."""
+        self._shm.locate(name, offset, byte_size)
+
     def check_client_shm(self) -> None:
         """Refuse with Triton's text unless clients may register shared memory (checked
         before a request's arguments, as Triton does)."""

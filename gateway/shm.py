@@ -134,25 +134,31 @@ class SharedMemory:
 
     # --- tensors ----------------------------------------------------------------
 
-    def _locate(self, name: str, offset: int, byte_size: int) -> Region:
+    def locate(self, name: str, offset: int, byte_size: int) -> Region:
+        """The region `name`, if it holds `byte_size` bytes at `offset`; Triton's errors otherwise."""
         region = self._regions.get(name)
         if region is None:
             raise not_found(f"Unable to find shared memory region: '{name}'")
         if offset < 0 or (region.byte_size > 0 and offset >= region.byte_size):
             raise invalid_arg(f"Invalid offset for shared memory region: '{name}'")
+        if byte_size > _SIZE_MAX - offset:
+            raise invalid_arg(
+                f"Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) exceeds maximum value "
+                f"({_SIZE_MAX}) for region '{name}'"
+            )
         if byte_size < 0 or offset + byte_size > region.byte_size:
             raise invalid_arg(f"Invalid offset + byte size for shared memory region: '{name}'")
         return region
 
     def read(self, name: str, offset: int, byte_size: int) -> bytes:
         """A copy of `byte_size` bytes at `offset` within region `name`."""
-        region = self._locate(name, offset, byte_size)
+        region = self.locate(name, offset, byte_size)
         start = region.offset + offset
         return region.memory[start : start + byte_size]
 
     def check_output(self, name: str, offset: int, byte_size: int) -> None:
         """Validate an output's region before the request is sent."""
-        self._locate(name, offset, byte_size)
+        self.locate(name, offset, byte_size)
 
     def write(self, output: str, name: str, offset: int, byte_size: int, data: bytes) -> None:
         """Copy an output's bytes into its region, which must be large enough."""
@@ -161,7 +167,7 @@ class SharedMemory:
                 f"shared memory size specified with the request for output '{output}' ({byte_size} bytes) "
                 f"should be at least {len(data)} bytes to hold the results"
             )
-        region = self._locate(name, offset, byte_size)
+        region = self.locate(name, offset, byte_size)
         start = region.offset + offset
         region.memory[start : start + len(data)] = data
 
@@ -247,6 +253,9 @@ class SharedMemory:
 
     def cuda_unregister(self, name: str) -> None:
         self.check_enabled()  # nothing can be registered, so there is nothing to release
+
+
+_SIZE_MAX = 2**64 - 1
 
 
 def _shm_parameters(tensor: str, params: Any) -> tuple[str, int, int]:

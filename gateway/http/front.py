@@ -424,7 +424,7 @@ class HttpFront:
         if json_length == 0:
             # The raw binary form names no input: gateway.core gives it the model's only one.
             return raw_binary_request(body, name, version)
-        return parse_infer_request(body, json_length, name, version, limit)
+        return parse_infer_request(body, json_length, name, version, limit, self._gateway.locate_shared_memory)
 
     async def _refuse_model(self, name: str, version: str) -> None:
         """Raise what Triton answers an HTTP infer for this model before it reads the

@@ -87,6 +87,10 @@ class OutputRendering:
         return self.binary.get(name, self.default_binary)
 
 
+# Checks a shared-memory region, offset and byte size (gateway.shm.SharedMemory.locate).
+Locate = Callable[[str, int, int], object]
+
+
 def header_length(value: str | None, content_length: int) -> int | None:
     """The JSON length from `Inference-Header-Content-Length` (None when absent: all JSON).
     As in Triton, a body with neither header nor content is the raw binary form (0)."""
@@ -107,6 +111,7 @@ def parse_infer_request(
     model_name: str,
     model_version: str,
     max_input_size: int = _DEFAULT_MAX_INPUT_SIZE,
+    locate: Locate | None = None,
 ) -> tuple[ModelInferRequest, OutputRendering]:
     """Build the ModelInferRequest of an HTTP infer body (not the raw-binary form).
 
@@ -114,6 +119,8 @@ def parse_infer_request(
     Binary inputs become `raw_input_contents`, in `inputs` order; JSON `data` becomes
     raw contents too; shared-memory inputs keep their `shared_memory_*` parameters.
     `max_input_size` (--http-max-input-size) bounds the tensor a JSON `data` may declare.
+    `locate` checks a shared-memory tensor's region, offset and byte size as each is read,
+    raising Triton's error for a region that is not there or too small, in Triton's order.
     """
     json_end = len(body) if json_length is None else json_length
     document = parse_json(body if json_end == len(body) else memoryview(body)[:json_end])
@@ -134,13 +141,13 @@ def parse_infer_request(
     offset = json_end
     end = len(body)
     for entry in inputs:
-        offset = _parse_input(entry, request, body, offset, json_length, model_name, max_input_size)
+        offset = _parse_input(entry, request, body, offset, json_length, model_name, max_input_size, locate)
     if offset != end:
         raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
 
     if "outputs" in document:
         for entry in _member_array(document, "outputs"):
-            _parse_output(entry, request, rendering)
+            _parse_output(entry, request, rendering, locate)
     return request, rendering
 
 
@@ -156,7 +163,10 @@ def _int64(dim: int) -> int:
 
 def _element_count(shape: Sequence[int]) -> int:
     """Triton's HTTP element count: -1 for a wildcard, -2 for an invalid dim, -3 when the
-    count overflows int64; 0 as soon as a dim is 0 (src/common.cc GetElementCount)."""
+    count overflows int64; 0 as soon as a dim is 0, and for an empty shape, whose `data`
+    Triton then never reads (src/common.cc GetElementCount)."""
+    if not shape:
+        return 0
     count = 1
     for dim in shape:
         if dim == -1:
@@ -249,6 +259,7 @@ def _parse_input(
     json_length: int | None,
     model_name: str,
     max_input_size: int,
+    locate: Locate | None,
 ) -> int:
     """Add one input to `request`; returns the offset of the next binary input."""
     entry = _as_object(entry, "inputs")
@@ -265,11 +276,9 @@ def _parse_input(
         if size == 0:
             request.raw_input_contents.append(b"")
             return offset
-        if json_length is None or json_length == 0:
-            raise invalid_arg(
-                "must specify valid 'Infer-Header-Content-Length' in request header and 'binary_data_size' "
-                "when passing inputs in binary data format"
-            )
+        # Without Inference-Header-Content-Length the body is all JSON, so no bytes follow
+        # it: Triton then counts the input short (its "must specify valid
+        # 'Infer-Header-Content-Length'" needs a header length of 0, the raw binary form).
         available = len(body) - offset
         if available < size:
             raise invalid_arg(
@@ -281,7 +290,7 @@ def _parse_input(
         return offset + size
 
     if has_shm:
-        _copy_shm_parameters(entry["parameters"], tensor.parameters)
+        _copy_shm_parameters(entry["parameters"], tensor.parameters, locate)
         return offset
 
     count = _element_count(shape)
@@ -303,17 +312,21 @@ def _parse_input(
     return offset
 
 
-def _copy_shm_parameters(source: Mapping[str, Any], target: Any) -> None:
+_SHM_OFFSET_AND_SIZE = ("shared_memory_offset", "shared_memory_byte_size")  # Triton reads them in this order
+
+
+def _copy_shm_parameters(source: Mapping[str, Any], target: Any, locate: Locate | None) -> None:
+    """A tensor's shared-memory parameters, read as Triton's HTTP front reads them (an
+    absent offset or byte size is 0), its region then looked up (`locate`)."""
     region = source["shared_memory_region"]
     if not isinstance(region, str):
         raise internal("Unable to parse 'shared_memory_region': attempt to access JSON non-string as string")
+    offset, size = (_as_uint(source[key], key) if key in source else 0 for key in _SHM_OFFSET_AND_SIZE)
     target["shared_memory_region"].string_param = region
-    if "shared_memory_byte_size" in source:
-        size = _as_uint(source["shared_memory_byte_size"], "shared_memory_byte_size")
-        target["shared_memory_byte_size"].int64_param = size
-    if "shared_memory_offset" in source:
-        offset = _as_uint(source["shared_memory_offset"], "shared_memory_offset")
-        target["shared_memory_offset"].int64_param = offset
+    target["shared_memory_byte_size"].int64_param = min(size, _INT64_MAX)
+    target["shared_memory_offset"].int64_param = min(offset, _INT64_MAX)
+    if locate is not None:
+        locate(region, offset, size)
 
 
 _SHAPE_MISMATCH = "Unable to parse 'data': Shape does not match true shape of 'data' field"
@@ -445,7 +458,7 @@ def _check_json_size(name: str, byte_size: int, max_input_size: int) -> None:
         )
 
 
-def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRendering) -> None:
+def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRendering, locate: Locate | None) -> None:
     entry = _as_object(entry, "outputs")
     params = entry.get("parameters")
     if params is not None and not isinstance(params, dict):
@@ -469,7 +482,7 @@ def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRende
         if classes:  # 0 asks for the tensor itself over HTTP; past int64, every class
             output.parameters["classification"].int64_param = min(classes, _INT64_MAX)
     if "shared_memory_region" in params:
-        _copy_shm_parameters(params, output.parameters)
+        _copy_shm_parameters(params, output.parameters, locate)
         rendering.shared_memory.add(name)
     elif "binary_data" in params:
         rendering.binary[name] = _as_bool(params["binary_data"], "binary_data")

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -187,6 +188,37 @@ def test_shm_errors(shm_server: Server, regions: Regions) -> None:
             client.unregister_system_shared_memory("gdup")
     assert_http_serves(shm_server.http)
     assert_grpc_serves(shm_server.grpc)
+
+
+def test_http_looks_each_region_up_as_it_reads_the_tensor(shm_server: Server, regions: Regions) -> None:
+    # As Triton's HTTP front (checked on 2.51): a region is looked up when its tensor is
+    # read, so it answers before a later input's error; an absent byte size is 0.
+    url = f"http://{shm_server.http}/v2/models/simple/infer"
+    region = {"shared_memory_region": "nope", "shared_memory_byte_size": TENSOR_BYTES}
+    body = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "parameters": region}, {"name": "X"}]}
+    answer = httpx.post(url, json=body, timeout=30)
+    assert (answer.status_code, answer.json()) == (404, {"error": "Unable to find shared memory region: 'nope'"})
+    with httpclient.InferenceServerClient(shm_server.http) as client:
+        client.register_system_shared_memory("order", regions.input_key, 2 * TENSOR_BYTES)
+        try:
+            outside = {"shared_memory_region": "order", "shared_memory_byte_size": 8, "shared_memory_offset": 200}
+            body["inputs"][0]["parameters"] = outside
+            answer = httpx.post(url, json=body, timeout=30)
+            assert (answer.status_code, answer.json()) == (
+                400,
+                {"error": "Invalid offset for shared memory region: 'order'"},
+            )
+            data = {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+            body = {"inputs": [{**body["inputs"][0], "parameters": {"shared_memory_region": "order"}}, data]}
+            answer = httpx.post(url, json=body, timeout=30)
+            assert (answer.status_code, answer.json()["error"]) == (
+                400,
+                "[request id: <id_unknown>] input byte size mismatch for input 'INPUT0' for model 'simple'. "
+                "Expected 64, got 0",
+            )
+        finally:
+            client.unregister_system_shared_memory("order")
+    assert_http_serves(shm_server.http)
 
 
 def test_cuda_shared_memory_answers_cleanly(shm_server: Server) -> None:

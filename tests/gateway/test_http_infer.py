@@ -7,6 +7,7 @@ import gzip
 import json
 import struct
 import zlib
+from functools import partial
 
 import numpy as np
 import pytest
@@ -177,7 +178,7 @@ def test_shared_memory_parameters_are_kept():
     assert params["shared_memory_byte_size"].int64_param == 64
     assert params["shared_memory_offset"].int64_param == 8
     assert request.outputs[0].parameters["shared_memory_region"].string_param == "out"
-    assert "shared_memory_offset" not in request.outputs[0].parameters
+    assert request.outputs[0].parameters["shared_memory_offset"].int64_param == 0  # absent: 0, as Triton reads it
     assert request.outputs[1].parameters["classification"].int64_param == 3
     assert not rendering.is_binary("C")
     assert len(request.raw_input_contents) == 0
@@ -222,10 +223,43 @@ def test_leftover_and_short_binary_data():
 
 
 def test_binary_input_without_header():
+    # The whole body is JSON then, so the input's bytes are missing (as Triton 2.51 answers).
     a = np.arange(4, dtype=np.int32)
     err = error_of(parse_infer_request, *body_of({"inputs": [binary_input("I", a, "INT32")]}), "m", "")
-    assert err.http_status == 400
-    assert err.message.startswith("must specify valid 'Infer-Header-Content-Length' in request header")
+    assert (err.http_status, err.message) == (
+        400,
+        "unexpected size for input 'I', expecting 16 additional bytes for model 'm'",
+    )
+
+
+def test_shared_memory_regions_are_looked_up_in_tritons_order():
+    # Each tensor's region as it is read: a missing region answers before a later input's
+    # error, and an absent byte size is 0.
+    looked: list[tuple[str, int, int]] = []
+
+    def locate(name: str, offset: int, byte_size: int) -> None:
+        looked.append((name, offset, byte_size))
+        if name == "nope":
+            raise TurnoutError(Status.NOT_FOUND, f"Unable to find shared memory region: '{name}'")
+
+    document = {
+        "inputs": [
+            {"name": "A", "datatype": "INT32", "shape": [1], "parameters": {"shared_memory_region": "r"}},
+            {"name": "B", "datatype": "INT32", "shape": [1], "parameters": {"shared_memory_region": "nope"}},
+            {"name": "C"},
+        ]
+    }
+    err = error_of(partial(parse_infer_request, locate=locate), *body_of(document), "m", "")
+    assert (err.http_status, err.message) == (404, "Unable to find shared memory region: 'nope'")
+    assert looked == [("r", 0, 0), ("nope", 0, 0)]
+
+
+def test_an_empty_shape_carries_no_data():
+    # Triton's element count of [] is 0: its `data` is never read (an invalid datatype there
+    # is no error), and the input arrives empty for validation to judge.
+    document = {"inputs": [{"name": "I", "datatype": "int32", "shape": [], "data": [1]}]}
+    request, _ = parse_infer_request(*body_of(document), "m", "")
+    assert list(request.inputs[0].shape) == [] and request.raw_input_contents == [b""]
 
 
 @pytest.mark.parametrize(
