@@ -25,10 +25,15 @@ class SequenceFlags:
     end: bool
 
 
+def as_int64(value: int) -> int:
+    """A uint64 (an HTTP sequence id or timeout) as the int64 parameter that carries it:
+    Triton reads an int64 id or timeout back as a uint64, so nothing is lost."""
+    return value - 2**64 if value >= 2**63 else value
+
+
 def read_sequence(parameters: Any) -> SequenceFlags:
     """The sequence parameters of a request's `parameters` map; raises TurnoutError with
-    Triton's text for a wrong type. gRPC sends ids as int64 or string, our HTTP front as
-    uint64 when they do not fit an int64."""
+    Triton's text for a wrong type. An id is an int64 (read as uint64) or a string."""
     sequence_id: int | str = 0
     if "sequence_id" in parameters:
         parameter = parameters["sequence_id"]
@@ -38,8 +43,8 @@ def read_sequence(parameters: Any) -> SequenceFlags:
             if len(text) > MAX_STRING_SEQUENCE_ID:
                 raise unsupported("string correlation ID cannot be longer than 128 characters")
             sequence_id = text
-        elif which in ("int64_param", "uint64_param"):
-            sequence_id = getattr(parameter, which) % 2**64  # Triton reads an int64 id as uint64
+        elif which == "int64_param":
+            sequence_id = parameter.int64_param % 2**64  # Triton reads an int64 id as uint64
         else:
             raise invalid_arg("invalid value type for 'sequence_id' parameter, expected int64_param or string_param.")
     return SequenceFlags(sequence_id, _flag(parameters, "sequence_start"), _flag(parameters, "sequence_end"))

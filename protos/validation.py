@@ -159,7 +159,7 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
                     f"{prefix}input '{tensor.name}' has no shape but model requires batch dimension for '{model}'"
                 )
             if batch_size == 0:
-                batch_size = tensor.shape[0]
+                batch_size = tensor.shape[0] % 2**32  # core keeps it in a uint32
             elif tensor.shape[0] != batch_size:
                 raise invalid_arg(f"{prefix}input '{tensor.name}' batch size does not match other inputs for '{model}'")
         if batch_size > signature.max_batch_size:
@@ -171,6 +171,7 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
 
     inputs: dict[str, np.ndarray] = {}
     key: list[Any] = []
+    unbatched = ""  # the first input with data for a batch of 0 rows
     for position, spec in specs.items():
         tensor = tensors[position]
         if tensor.datatype != spec.datatype.name:
@@ -191,13 +192,17 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
             array = _from_raw(raw[position], spec, full_shape, size, prefix, model)
         if batched and not batch_size:
             # Data for rows the shape does not hold: Triton would hand the model a tensor
-            # without its batch dim; no batch can carry that.
-            raise invalid_arg(f"{prefix}input '{tensor.name}' holds data but a batch size of 0 for '{model}'")
+            # without its batch dim; no batch can carry that. Refused once every input
+            # passed Triton's own checks, so their errors come first.
+            unbatched = unbatched or tensor.name
+            continue
         if spec.reshape is not None:
             array = array.reshape([batch_size, *spec.reshape] if batched else list(spec.reshape))
         inputs[tensor.name] = array
         key.append((tensor.name, array.shape[1:] if batched else array.shape))
 
+    if unbatched:
+        raise invalid_arg(f"{prefix}input '{unbatched}' holds data but a batch size of 0 for '{model}'")
     key.sort()
     if plain:
         own = {name: value for name, value in _values(parameters) if name != PLAIN_PARAMETERS}
@@ -275,11 +280,11 @@ def _check_dims(
 # What Triton's gRPC front lets each request parameter hold (its own checks and words);
 # uint64 ids and timeouts come from the HTTP front, for values past int64.
 _PARAMETER_KINDS = {
-    "sequence_id": (("int64_param", "string_param", "uint64_param"), "int64_param or string_param"),
+    "sequence_id": (("int64_param", "string_param"), "int64_param or string_param"),
     "sequence_start": (("bool_param",), "bool_param"),
     "sequence_end": (("bool_param",), "bool_param"),
     "priority": (("int64_param", "uint64_param"), "int64_param or uint64_param"),
-    "timeout": (("int64_param", "uint64_param"), "int64_param"),
+    "timeout": (("int64_param",), "int64_param"),
     "triton_enable_empty_final_response": (("bool_param",), "bool_param"),
 }
 _ANY_KIND = (("int64_param", "bool_param", "string_param", "double_param"), "int64_param, bool_param, or string_param")

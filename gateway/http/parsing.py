@@ -17,6 +17,7 @@ from gateway.http.encoding import parse_json
 from gateway.settings import GatewaySettings
 from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferRequest
+from protos.sequence import as_int64
 from protos.status import TurnoutError, internal, invalid_arg
 
 INFER_HEADER = "inference-header-content-length"
@@ -188,10 +189,7 @@ def _parse_request_parameters(value: Any, request: ModelInferRequest, rendering:
     for key, item in value.items():
         if key == "sequence_id":
             if type(item) is int and 0 <= item <= _UINT64_MAX:
-                if item <= _INT64_MAX:
-                    params[key].int64_param = item
-                else:
-                    params[key].uint64_param = item
+                params[key].int64_param = as_int64(item)  # read back as the uint64 it was
             elif isinstance(item, str):
                 params[key].string_param = item
             else:
@@ -201,11 +199,7 @@ def _parse_request_parameters(value: Any, request: ModelInferRequest, rendering:
         elif key == "priority":
             params[key].uint64_param = _as_uint(item, key)
         elif key == "timeout":
-            timeout = _as_uint(item, key)
-            if timeout <= _INT64_MAX:
-                params[key].int64_param = timeout
-            else:
-                params[key].uint64_param = timeout
+            params[key].int64_param = as_int64(_as_uint(item, key))  # read back as the uint64 it was
         elif key == "binary_data_output":
             rendering.default_binary = _as_bool(item, key)
         elif key.startswith("triton_"):

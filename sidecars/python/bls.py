@@ -16,6 +16,7 @@ from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
 from protos.datatypes import from_name, from_numpy
 from protos.rpc import MESSAGE_SIZE_OPTIONS
+from protos.sequence import as_int64
 from protos.status import CAUSE_METADATA, REFUSAL_STATUS_PARAMETER, Cause, Status, cause_named, status_from_grpc
 from sidecars.python import backend_utils as pb_utils
 from sidecars.python.channel import GatewayTls
@@ -153,7 +154,7 @@ def _message(request: pb_utils.InferenceRequest) -> pb.ModelInferRequest:
         if isinstance(correlation_id, str):
             message.parameters["sequence_id"].string_param = correlation_id
         else:
-            message.parameters["sequence_id"].int64_param = correlation_id
+            message.parameters["sequence_id"].int64_param = as_int64(correlation_id)
         flags = request.flags()
         message.parameters["sequence_start"].bool_param = bool(
             flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START

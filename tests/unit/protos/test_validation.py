@@ -36,3 +36,61 @@ def test_plain_parameters_are_all_the_models_own() -> None:
     assert valid.parameters == keys
     with pytest.raises(TurnoutError):  # without the mark, each is checked as Triton's fronts check it
         validate(_request(**keys), SIGNATURE)
+
+
+BATCHED = Signature(
+    ModelConfig(
+        name="b",
+        max_batch_size=8,
+        input=[
+            ModelInput(name="A", data_type=TYPE_INT32, dims=[2]),
+            ModelInput(name="B", data_type=TYPE_INT32, dims=[2]),
+        ],
+    )
+)
+
+
+def _batched(shapes: dict[str, list[int]], sizes: dict[str, int]) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="b")
+    for name, shape in shapes.items():
+        request.inputs.add(name=name, datatype="INT32", shape=shape)
+        request.raw_input_contents.append(b"\0" * sizes[name])
+    return request
+
+
+def test_a_negative_batch_dim_is_a_huge_batch_as_core_keeps_it() -> None:
+    # Core keeps the batch size in a uint32 and compares each input's dim as an int64 (B
+    # comes first in core's order): -3 sets 4294967293, which no -3 or 0 matches.
+    mismatch = "[request id: <id_unknown>] input 'A' batch size does not match other inputs for 'b'"
+    for shapes in ({"A": [-3, 2], "B": [-3, 2]}, {"A": [0, 2], "B": [-3, 2]}):
+        with pytest.raises(TurnoutError) as caught:
+            validate(_batched(shapes, {"A": 8, "B": 8}), BATCHED)
+        assert caught.value.message == mismatch
+    with pytest.raises(TurnoutError) as caught:
+        validate(_batched({"A": [-3, 2], "B": [0, 2]}, {"A": 8, "B": 8}), BATCHED)
+    assert caught.value.message == "[request id: <id_unknown>] inference request batch-size must be <= 8 for 'b'"
+
+
+def test_data_for_a_batch_of_zero_rows_is_refused_after_tritons_own_checks() -> None:
+    # B's bytes fit the shape without its batch dim; A's do not: A's mismatch is Triton's answer.
+    with pytest.raises(TurnoutError) as caught:
+        validate(_batched({"A": [0, 2], "B": [0, 2]}, {"A": 0, "B": 8}), BATCHED)
+    assert "input byte size mismatch for input 'A'" in caught.value.message
+    with pytest.raises(TurnoutError) as caught:
+        validate(_batched({"A": [0, 2], "B": [0, 2]}, {"A": 8, "B": 8}), BATCHED)
+    assert "holds data but a batch size of 0" in caught.value.message
+
+
+def test_grpc_sequence_ids_and_timeouts_take_only_tritons_kinds() -> None:
+    request = _request()
+    request.parameters["sequence_id"].uint64_param = 3
+    with pytest.raises(TurnoutError) as caught:
+        validate(request, SIGNATURE)
+    assert (
+        caught.value.message == "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
+    )
+    request = _request()
+    request.parameters["timeout"].uint64_param = 3
+    with pytest.raises(TurnoutError) as caught:
+        validate(request, SIGNATURE)
+    assert caught.value.message == "invalid value type for 'timeout' parameter, expected int64_param."
