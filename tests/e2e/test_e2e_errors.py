@@ -142,14 +142,18 @@ def test_wrong_shape(server: Server, protocol: str) -> None:
             [[1, -1], [1, 16]],
             "All input dimensions should be specified for input 'INPUT0' for model 'simple', got [1,-1]",
         ),
-        ([[-2, 16], [-2, 16]], "tensor 'INPUT1' contains an invalid dimension [-2,16]"),
+        # Core keeps the batch size in a uint32: -2 sets 4294967294, which the other -2 is not.
+        ([[-2, 16], [-2, 16]], "input 'INPUT0' batch size does not match other inputs for 'simple'"),
+        ([[-3, 16], [0, 16]], "inference request batch-size must be <= 8 for 'simple'"),
+        ([[2**32 + 1, 16], [2**32 + 1, 16]], "input 'INPUT0' batch size does not match other inputs for 'simple'"),
         # Triton lets this one through to the model, which finds a batch of 16 rows in it
         ([[0, 16], [0, 16]], "input 'INPUT1' holds data but a batch size of 0 for 'simple'"),
     ],
 )
 def test_negative_and_zero_dims_grpc(server: Server, shapes: list[list[int]], text: str) -> None:
-    """As Triton's core: the batch dim is only compared, a -1 past it is refused, another
-    negative dim is invalid; a batch size of 0 leaves the shape without its batch dim."""
+    """As Triton's core (checked on 2.51, and current core's batch-size check): the batch
+    dim is only compared, a -1 past it is refused; a batch size of 0 leaves the shape
+    without its batch dim."""
     a, b = simple_arrays()
     inputs = grpc_inputs(a, b)
     for tensor, shape in zip(inputs, shapes, strict=True):
