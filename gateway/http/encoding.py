@@ -31,10 +31,14 @@ def json_compact(value: Any) -> bytes:
 
 
 def parse_json(buffer: bytes | memoryview) -> Any:
-    """Parse a JSON document, failing with Triton's (rapidjson-worded) INTERNAL error. A
+    """Parse a JSON document, failing with Triton's (rapidjson-worded) INTERNAL error; as
+    rapidjson, the document ends at its first NUL byte (no valid JSON holds one). A
     document nested deeper than Python's parser recurses is parsed as `nesting.prune`
     leaves it, as Triton parses any depth and reads only the fields it needs."""
     data = bytes(buffer) if isinstance(buffer, memoryview) else buffer
+    end = data.find(b"\0")
+    if end >= 0:  # rapidjson reads a NUL as the end of its input, whatever follows it
+        data = data[:end]
     try:
         return _loads(data)
     except RecursionError:

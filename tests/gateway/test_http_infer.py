@@ -702,6 +702,18 @@ def test_parse_json_reports_offset():
     )
 
 
+def test_parse_json_ends_the_document_at_a_nul_as_rapidjson_does():
+    # Checked on Triton 2.51: what follows a NUL is never read; a NUL first is an empty document.
+    assert parse_json(b'{"a":1}\0 anything') == {"a": 1}
+    assert parse_json(b'{"a":1}  \0') == {"a": 1}
+    err = error_of(parse_json, b"  \0{}")
+    assert err.message == "failed to parse the request JSON buffer: The document is empty. at 2"
+    err = error_of(parse_json, b'{"a":"x\0y"}')
+    assert err.message.startswith(
+        "failed to parse the request JSON buffer: Missing a closing quotation mark in string."
+    )
+
+
 # --- other JSON shapes ---
 
 
