@@ -30,7 +30,7 @@ def json_compact(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def parse_json(buffer: bytes | memoryview) -> Any:
+def parse_json(buffer: bytes | memoryview, raw_strings: bool = False) -> Any:
     """Parse a JSON document, failing with Triton's (rapidjson-worded) INTERNAL error; as
     rapidjson, the document ends at its first NUL byte (no valid JSON holds one). A
     document nested deeper than Python's parser recurses is parsed as `nesting.prune`
@@ -40,15 +40,17 @@ def parse_json(buffer: bytes | memoryview) -> Any:
     if end >= 0:  # rapidjson reads a NUL as the end of its input, whatever follows it
         data = data[:end]
     try:
-        return _loads(data)
+        return _loads(data, raw_strings)
     except RecursionError:
         pass
-    return _loads(nesting.prune(data))
+    return _loads(nesting.prune(data), raw_strings)
 
 
-def _loads(data: bytes) -> Any:
+def _loads(data: bytes, raw_strings: bool) -> Any:
     try:
-        return json.loads(data)
+        # `raw_strings`: bytes that are not UTF-8 stay in strings, surrogate-escaped, as
+        # rapidjson keeps them (it does not check encodings).
+        return json.loads(data.decode("utf-8", "surrogateescape") if raw_strings else data)
     except json.JSONDecodeError as exc:
         raise internal(f"failed to parse the request JSON buffer: {_rapidjson_message(exc)} at {exc.pos}") from exc
     except UnicodeDecodeError as exc:

@@ -124,10 +124,39 @@ def parse_infer_request(
     raising Triton's error for a region that is not there or too small, in Triton's order.
     """
     json_end = len(body) if json_length is None else json_length
-    document = parse_json(body if json_end == len(body) else memoryview(body)[:json_end])
+    header = body if json_end == len(body) else memoryview(body)[:json_end]
+    # Strings keep bytes that are not UTF-8, as Triton's parser keeps them: a BYTES
+    # element reaches the model as sent.
+    document = parse_json(header, raw_strings=True)
     if not isinstance(document, dict):  # TritonJson finds no member in it: 'inputs' is the first it must have
         raise _missing("inputs")
+    try:
+        return _request_of(document, body, json_length, model_name, model_version, max_input_size, locate)
+    except UnicodeEncodeError:
+        # Such bytes in a name or a parameter: no protobuf string can carry them.
+        at = _not_utf8(header)
+        raise internal(f"failed to parse the request JSON buffer: Invalid encoding in string. at {at}") from None
 
+
+def _not_utf8(data: bytes | memoryview) -> int:
+    """The offset of the first byte of `data` that is not UTF-8."""
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return 0
+
+
+def _request_of(
+    document: dict[str, Any],
+    body: bytes,
+    json_length: int | None,
+    model_name: str,
+    model_version: str,
+    max_input_size: int,
+    locate: Locate | None,
+) -> tuple[ModelInferRequest, OutputRendering]:
+    json_end = len(body) if json_length is None else json_length
     request = ModelInferRequest(model_name=model_name, model_version=model_version)
     if "id" in document:
         request_id = document["id"]

@@ -714,6 +714,15 @@ def test_parse_json_ends_the_document_at_a_nul_as_rapidjson_does():
     )
 
 
+def test_json_strings_keep_bytes_that_are_not_utf8_where_a_tensor_can_carry_them():
+    body = b'{"inputs":[{"name":"S","datatype":"BYTES","shape":[1],"data":["a\xff"]}]}'
+    request, _ = parse_infer_request(body, None, "m", "")
+    assert request.raw_input_contents[0] == codec.serialize_bytes([b"a\xff"])
+    # A name cannot hold them (a protobuf string): the body is refused as undecodable.
+    err = error_of(parse_infer_request, body.replace(b'"S"', b'"S\xfe"'), None, "m", "")
+    assert err.message == "failed to parse the request JSON buffer: Invalid encoding in string. at 21"
+
+
 # --- other JSON shapes ---
 
 
