@@ -197,6 +197,8 @@ class Gateway:
 
     async def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
         answer, fronted = await self._ask_owner("ModelConfig", request, pb.ModelConfigResponse)
+        if self.ensembles.runs(answer.config.name):
+            await self.ensembles.complete_config(answer.config, request.version)
         if fronted:
             answer.config.name = request.name
         return answer

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gateway.context import RequestContext
@@ -23,10 +24,15 @@ from protos import model_config_pb2 as mc
 from protos.datatypes import BY_NAME
 from protos.ensemble_steps import check_step_configs
 from protos.statistics import BatchTimes, VersionStatistics
-from protos.status import TurnoutError, invalid_arg, not_found, unsupported
+from protos.status import Cause, Status, TurnoutError, invalid_arg, not_found, unsupported
 from protos.validation import ValidRequest, validate
 
 ENSEMBLE_FRAMEWORK = "ensemble"
+# As the sidecars word a decoupled model asked for one answer (the HTTP front has its own words).
+DECOUPLED_ON_MODEL_INFER = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+# Where a decoupled ensemble's answers go, one serialized ModelInferResponse at a time,
+# and whether it is the ensemble's last.
+Emit = Callable[[bytes, bool], Awaitable[None]]
 CLASSIFICATION = "classification"
 # Plans are rebuilt after this long, so configs that changed without a load through this
 # gateway (poll mode, another gateway of a fleet) are picked up.
@@ -120,6 +126,16 @@ class Ensembles:
         self._accepted.add(key)
         return ""
 
+    async def complete_config(self, config: mc.ModelConfig, version: str) -> None:
+        """Core's completion of a loaded ensemble's config: decoupled when a step on its data
+        flow is (left as the sidecar gave it when its steps cannot be read now)."""
+        try:
+            plan = await self._plan(config.name, version)
+        except TurnoutError:
+            return
+        config.model_transaction_policy.decoupled = plan.decoupled
+        config.model_transaction_policy.SetInParent()
+
     def loaded_again(self, model: str) -> None:
         """`model` was loaded or unloaded: its versions are checked afresh."""
         self._accepted = {key for key in self._accepted if key[0] != model}
@@ -137,6 +153,9 @@ class Ensembles:
         started = time.perf_counter_ns()
         plan = await self._plan(request.model_name, version)
         stats = self._statistics.setdefault((plan.name, plan.version), VersionStatistics())
+        answers = context.responses
+        if plan.decoupled and answers is None:  # one answer asked of an ensemble that streams
+            raise TurnoutError(Status.UNSUPPORTED, DECOUPLED_ON_MODEL_INFER, Cause.DECOUPLED)
         # Refused here, as Triton's core refuses any request before it runs (its texts,
         # naming the ensemble, in its order): not counted in the ensemble's statistics.
         valid = validate(request, plan.signature)
@@ -144,8 +163,23 @@ class Ensembles:
         wanted = _wanted_outputs(request, plan)
         try:
             queued_ns = time.perf_counter_ns() - started
-            await self._run_steps(plan, request, tensors, wanted, context)
-            response = _response(request, plan, tensors, wanted)
+            if answers is not None and plan.decoupled:
+                final: list[bytes] = []
+
+                async def send(answer: bytes, last: bool) -> None:
+                    if last:
+                        final.append(answer)
+                    else:
+                        answers(answer)
+
+                # Each response of a decoupled step, through the steps after it, is one
+                # response of the ensemble. The one its last response (if that carried
+                # outputs) makes is the ensemble's last; else the final flag comes alone.
+                await self._run_steps(plan, request, tensors, wanted, context, emit=send)
+                response = final[0] if final else b""
+            else:
+                await self._run_steps(plan, request, tensors, wanted, context)
+                response = _response(request, plan, tensors, wanted)
         except (TurnoutError, asyncio.CancelledError):
             stats.record_failure(time.perf_counter_ns() - started)
             raise
@@ -174,7 +208,7 @@ class Ensembles:
         config = (await owner.call("ModelConfig", config_request, pb.ModelConfigResponse)).config
         steps = await asyncio.gather(*(self._step_config(model, step) for step in config.ensemble_scheduling.step))
         check_step_configs(config, steps)
-        plan = build_plan(config, version)
+        plan = build_plan(config, version, steps)
         self._plans[(model, version)] = (plan, time.monotonic())
         return plan
 
@@ -204,18 +238,35 @@ class Ensembles:
         tensors: dict[str, Tensor],
         wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
         context: RequestContext,
+        steps: Sequence[Step] | None = None,
+        emit: Emit | None = None,
+        last: bool = False,
     ) -> None:
-        """Start every step whose inputs exist, as soon as they do; the first step
-        that fails fails the ensemble, and the steps still running are cancelled."""
+        """Start every step (of `steps`, else of the plan) whose inputs exist, as soon as
+        they do; the first step that fails fails the ensemble, and the steps still running
+        are cancelled. A decoupled step takes the steps after it along: each of its
+        responses runs them on its own. Where `steps` runs such a response's way and no
+        decoupled step follows, the ensemble's answer for that response goes to `emit`
+        (`last` when it answers the last response of every decoupled step before it)."""
         # An optional ensemble input the request leaves out is left out of its steps too.
         absent = {name for name, spec in plan.signature.inputs.items() if spec.optional and name not in tensors}
-        waiting = list(plan.steps)
+        waiting = list(plan.steps if steps is None else steps)
         running: set[asyncio.Task[dict[str, Tensor]]] = set()
+        streamed = False
         try:
             while waiting or running:
                 for step in [s for s in waiting if all(t in tensors or t in absent for _, t in s.inputs)]:
                     waiting.remove(step)
-                    running.add(asyncio.create_task(self._run_step(plan, step, request, tensors, wanted, context)))
+                    if step.index in plan.decoupled_steps and emit is not None:
+                        later = [s for s in waiting if s.index in plan.after[step.index]]
+                        waiting = [s for s in waiting if s not in later]
+                        streamed = True
+                        run = self._run_decoupled_step(
+                            plan, step, later, request, tensors, wanted, context, emit, last or steps is None
+                        )
+                    else:
+                        run = self._run_step(plan, step, request, tensors, wanted, context)
+                    running.add(asyncio.create_task(run))
                 if not running:
                     raise _deadlock(plan, request)
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -224,6 +275,8 @@ class Ensembles:
         finally:
             for task in running:
                 task.cancel()
+        if steps is not None and emit is not None and not streamed:
+            await emit(_response(request, plan, tensors, wanted), last)
 
     async def _run_step(
         self,
@@ -234,6 +287,93 @@ class Ensembles:
         wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
         context: RequestContext,
     ) -> dict[str, Tensor]:
+        if context.responses is not None:  # a stream's: a step answers once, to the ensemble
+            context = replace(context, responses=None)
+        encoded = await self._send_step(plan, step, request, tensors, wanted, context)
+        return _outputs_of(step, pb.ModelInferResponse.FromString(encoded))
+
+    async def _run_decoupled_step(
+        self,
+        plan: Plan,
+        step: Step,
+        later: list[Step],
+        request: pb.ModelInferRequest,
+        tensors: dict[str, Tensor],
+        wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
+        context: RequestContext,
+        emit: Emit,
+        last: bool,
+    ) -> dict[str, Tensor]:
+        """Run a decoupled step: each response it sends runs `later` on tensors of its own
+        (concurrently), and the ensemble's answers go to `emit` in the order of the
+        responses that caused them (`last`: this step's last response may make the
+        ensemble's last answer). Its error response fails the ensemble: the responses after
+        it are dropped, as Triton's ensemble stops at it."""
+        loop = asyncio.get_running_loop()
+        previous: asyncio.Future[None] = loop.create_future()
+        previous.set_result(None)
+        branches: list[asyncio.Task[None]] = []
+        failure: list[TurnoutError] = []
+        ended = False  # the step sent its last response
+
+        def branch(answer: bytes, final: bool) -> None:
+            nonlocal previous
+            turn, done = previous, loop.create_future()
+            previous = done
+            number = len(branches)
+
+            async def in_turn(out: bytes, its_last: bool) -> None:
+                await turn
+                # As Triton's ensemble: an answer that steps after this one made, ready
+                # once nothing else can follow it, is the last (with the final flag) even
+                # if the step sent its flag alone; one the step made itself went out as
+                # it came, before any flag.
+                newest = bool(later) and ended and number == len(branches) - 1
+                await emit(out, its_last or (last and newest))
+
+            async def run() -> None:
+                try:
+                    produced = _outputs_of(step, pb.ModelInferResponse.FromString(answer))
+                    if produced:  # a response without outputs (its final flag) runs nothing
+                        branch_tensors = {**tensors, **produced}
+                        await self._run_steps(plan, request, branch_tensors, wanted, context, later, in_turn, final)
+                finally:
+                    # Done once its answers are out and those before them too.
+                    turn.add_done_callback(lambda _: _settle(done))
+
+            branches.append(asyncio.create_task(run()))
+
+        def part(answer: bytes | TurnoutError) -> None:
+            if failure:
+                return
+            if isinstance(answer, TurnoutError):
+                failure.append(answer)
+            else:
+                branch(answer, final=False)
+
+        try:
+            answer = await self._send_step(plan, step, request, tensors, wanted, replace(context, responses=part))
+            ended = True
+            if answer and not failure:
+                branch(answer, final=last)
+            await asyncio.gather(*branches)
+        finally:
+            for task in branches:
+                task.cancel()
+        if failure:
+            raise in_ensemble(plan.name, failure[0])
+        return {}
+
+    async def _send_step(
+        self,
+        plan: Plan,
+        step: Step,
+        request: pb.ModelInferRequest,
+        tensors: dict[str, Tensor],
+        wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
+        context: RequestContext,
+    ) -> bytes:
+        """One step's request built from the tensors it takes, sent; its (last) answer."""
         forward = pb.ModelInferRequest(model_name=step.model, id=request.id)
         for key, value in request.parameters.items():
             forward.parameters[key].CopyFrom(value)
@@ -258,21 +398,10 @@ class Ensembles:
         forward.model_version = version
         try:
             if context.trace is None:
-                encoded = await self._dispatcher.send(step.model, version, forward.SerializeToString(), context)
-            else:
-                encoded = await self._send_step_traced(context.trace, step.model, version, forward, context)
+                return await self._dispatcher.send(step.model, version, forward.SerializeToString(), context)
+            return await self._send_step_traced(context.trace, step.model, version, forward, context)
         except TurnoutError as exc:
             raise in_ensemble(plan.name, exc) from exc
-        response = pb.ModelInferResponse.FromString(encoded)
-        produced = dict(step.outputs)
-        raw = response.raw_output_contents
-        results: dict[str, Tensor] = {}
-        for index, output in enumerate(response.outputs):
-            produced_as = produced.get(output.name)
-            if produced_as is not None:
-                data = raw[index] if index < len(raw) else b""
-                results[produced_as] = Tensor(output.datatype, tuple(output.shape), data)
-        return results
 
     async def _send_step_traced(
         self, trace: Trace, model: str, version: str, forward: pb.ModelInferRequest, context: RequestContext
@@ -286,6 +415,24 @@ class Ensembles:
         finally:
             child.stamp(REQUEST_END)
             child.finish()
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _outputs_of(step: Step, response: pb.ModelInferResponse) -> dict[str, Tensor]:
+    """The ensemble tensors a step's response fills, by the step's output map."""
+    produced = dict(step.outputs)
+    raw = response.raw_output_contents
+    results: dict[str, Tensor] = {}
+    for index, output in enumerate(response.outputs):
+        produced_as = produced.get(output.name)
+        if produced_as is not None:
+            data = raw[index] if index < len(raw) else b""
+            results[produced_as] = Tensor(output.datatype, tuple(output.shape), data)
+    return results
 
 
 def in_ensemble(ensemble: str, error: TurnoutError) -> TurnoutError:

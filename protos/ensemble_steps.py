@@ -97,3 +97,51 @@ def _merge(tensors: dict[str, _Node], ensemble: str, tensor_name: str, node: _No
 def _dims_agree(first: Sequence[int], second: Sequence[int]) -> bool:
     """Equal rank, and every dimension equal or variable (-1) on either side."""
     return len(first) == len(second) and all(a == b or a == -1 or b == -1 for a, b in zip(first, second, strict=True))
+
+
+def decoupled_steps(ensemble: mc.ModelConfig, step_configs: Sequence[mc.ModelConfig]) -> frozenset[int]:
+    """The steps (by index) whose models are decoupled, on the data flow from the
+    ensemble's inputs, checked as Triton's ValidateEnsembleConfig checks that flow: every
+    step's inputs must descend from the same decoupled response stream (or from none).
+    The ensemble is decoupled when this is not empty, as core makes it."""
+    label = {tensor.name: 0 for tensor in ensemble.input}  # 0: no decoupled step upstream
+    fresh = 0
+    found: set[int] = set()
+    pending = list(enumerate(zip(ensemble.ensemble_scheduling.step, step_configs, strict=True)))
+    progressed = True
+    while pending and progressed:
+        progressed = False
+        for item in list(pending):
+            index, (step, config) = item
+            sources = [tensor for tensor in step.input_map.values()]
+            if not all(tensor in label for tensor in sources):
+                continue
+            pending.remove(item)
+            progressed = True
+            labels = {label[tensor] for tensor in sources}
+            if len(labels) > 1:
+                # Core names the model that declared the step's output tensor first.
+                declared = _declared_by(ensemble, next(iter(step.output_map.values()), ""))
+                raise invalid_arg(
+                    f"in ensemble {ensemble.name}, step of model '{declared}' receives inputs originated "
+                    "from different decoupled models"
+                )
+            own = labels.pop() if labels else 0
+            if config.model_transaction_policy.decoupled:
+                fresh += 1
+                own = fresh
+                found.add(index)
+            for tensor in step.output_map.values():
+                label.setdefault(tensor, own)
+    return frozenset(found)
+
+
+def _declared_by(ensemble: mc.ModelConfig, tensor: str) -> str:
+    """The model whose declaration of `tensor` core's graph keeps: the ensemble's for its
+    own inputs and outputs, else the first step's that maps it."""
+    if any(t.name == tensor for t in (*ensemble.input, *ensemble.output)):
+        return ensemble.name
+    for step in ensemble.ensemble_scheduling.step:
+        if tensor in step.input_map.values() or tensor in step.output_map.values():
+            return str(step.model_name)
+    return ensemble.name

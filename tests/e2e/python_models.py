@@ -371,6 +371,35 @@ ensemble_scheduling {
 """
 
 
+# Decoupled: each response of `repeat` goes on through `named` (3x), and is one response.
+TRIPLED_ENSEMBLE_CONFIG = """
+name: "tripled"
+platform: "ensemble"
+input [{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }]
+output [
+  { name: "TRIPLE" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "repeat"
+      model_version: -1
+      input_map { key: "IN" value: "IN" }
+      output_map { key: "OUT" value: "value" }
+      output_map { key: "IDX" value: "IDX" }
+    },
+    {
+      model_name: "named"
+      model_version: -1
+      input_map { key: "X" value: "value" }
+      output_map { key: "Y" value: "TRIPLE" }
+    }
+  ]
+}
+"""
+
+
 def write_python_models(repo: Path) -> Path:
     for name, config, model in (
         ("add_sub", ADD_SUB_CONFIG, ADD_SUB_MODEL),
@@ -391,15 +420,18 @@ def write_python_models(repo: Path) -> Path:
     (repo / "named" / "config.pbtxt").write_text(NAMED_CONFIG)
     (named / "entry.py").write_text(NAMED_MODEL)
     (named / "helpers.py").write_text("def triple(x):\n    return x * 3\n")
-    (repo / "mixed" / "1").mkdir(parents=True)
-    (repo / "mixed" / "config.pbtxt").write_text(MIXED_ENSEMBLE_CONFIG)
+    for name, config in (("mixed", MIXED_ENSEMBLE_CONFIG), ("tripled", TRIPLED_ENSEMBLE_CONFIG)):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(config)
     return repo
 
 
-def stream_repeat(url: str, values: list[int], errors_in_band: bool = False, **options: Any) -> list[Any]:
-    """A request to `repeat` on a tritonclient gRPC stream (the sync client, which can ask
-    for the empty final response); every answer up to the one marked final, with
-    `errors_in_band` an error response as its InferenceServerException."""
+def stream_repeat(
+    url: str, values: list[int], errors_in_band: bool = False, model: str = "repeat", **options: Any
+) -> list[Any]:
+    """A request to `repeat` (or another `model` taking IN) on a tritonclient gRPC stream
+    (the sync client, which can ask for the empty final response); every answer up to the
+    one marked final, with `errors_in_band` an error response as its InferenceServerException."""
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
     inputs = [grpcclient.InferInput("IN", [len(values)], "INT32")]
     inputs[0].set_data_from_numpy(np.array(values, dtype=np.int32))
@@ -407,7 +439,7 @@ def stream_repeat(url: str, values: list[int], errors_in_band: bool = False, **o
     with grpcclient.InferenceServerClient(url) as client:
         client.start_stream(callback=lambda result, error: answers.put((result, error)))
         try:
-            client.async_stream_infer("repeat", inputs, request_id="s1", **options)
+            client.async_stream_infer(model, inputs, request_id="s1", **options)
             while True:
                 result, error = answers.get(timeout=30)
                 if errors_in_band and error is not None:

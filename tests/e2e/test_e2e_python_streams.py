@@ -126,6 +126,52 @@ def test_a_decoupled_model_is_refused_over_http_before_its_body_is_read(up: Serv
         )
 
 
+def test_a_decoupled_ensemble_streams_each_response_through_its_later_steps(up: Server) -> None:
+    # As Triton: each response of the decoupled step, through the steps after it, is one
+    # response of the ensemble, in order; an error response ends the stream there.
+    got = stream_repeat(up.grpc, [3, 4, 5], model="tripled", enable_empty_final_response=True)
+    answers = [r for r in got if r.get_response().outputs]
+    assert [(int(r.as_numpy("TRIPLE")[0]), int(r.as_numpy("IDX")[0])) for r in answers] == [(9, 0), (12, 1), (15, 2)]
+    assert {r.get_response().model_name for r in answers} == {"tripled"}
+    assert got[-1].get_response().parameters["triton_final_response"].bool_param
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    inputs = [grpcclient.InferInput("IN", [3], "INT32")]
+    inputs[0].set_data_from_numpy(np.array([1, 2, 3], dtype=np.int32))
+    with grpcclient.InferenceServerClient(up.grpc) as client:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        client.async_stream_infer("tripled", inputs, parameters={"fail_at": 1}, enable_empty_final_response=True)
+        first, error = answers.get(timeout=30)
+        assert error is None and int(first.as_numpy("TRIPLE")[0]) == 3
+        _, error = answers.get(timeout=30)
+        assert error.message() == "in ensemble 'tripled', no answer for 2"
+        with pytest.raises(queue.Empty):  # nothing after the error, not even a final flag (as Triton 2.51)
+            answers.get(timeout=2)
+        client.stop_stream()
+
+
+def test_a_decoupled_ensemble_is_decoupled_to_its_clients(up: Server) -> None:
+    config = httpx.get(f"http://{up.http}/v2/models/tripled/config").json()
+    assert config["model_transaction_policy"] == {"decoupled": True}
+    plain = httpx.get(f"http://{up.http}/v2/models/mixed/config").json()
+    assert plain["model_transaction_policy"] == {"decoupled": False}  # core sets it on every ensemble
+    body = {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [1]}]}
+    refused = httpx.post(f"http://{up.http}/v2/models/tripled/infer", json=body)
+    assert (refused.status_code, refused.json()) == (
+        501,
+        {"error": "HTTP end point doesn't support models with decoupled transaction policy"},
+    )
+    inputs = [grpcclient.InferInput("IN", [1], "INT32")]
+    inputs[0].set_data_from_numpy(np.array([1], dtype=np.int32))
+    with grpcclient.InferenceServerClient(up.grpc) as client, pytest.raises(InferenceServerException) as caught:
+        client.infer("tripled", inputs)
+    assert caught.value.message() == "ModelInfer RPC doesn't support models with decoupled transaction policy"
+    events = []
+    with httpx.stream("POST", f"http://{up.http}/v2/models/tripled/generate_stream", json={"IN": [2, 5]}) as response:
+        assert response.status_code == 200
+        events = [json.loads(line.removeprefix("data: ")) for line in response.iter_lines() if line]
+    assert [(event["TRIPLE"], event["IDX"]) for event in events] == [(6, 0), (15, 1)]
+
+
 def test_generate_stream_sends_each_response_as_an_event(up: Server) -> None:
     events = []
     with httpx.stream("POST", f"http://{up.http}/v2/models/repeat/generate_stream", json={"IN": [3, 4, 5]}) as response:

@@ -76,3 +76,46 @@ def test_a_variable_dimension_matches_any_and_the_plan_keeps_the_pinned_version(
         ("simple", "2", (("INPUT0", "A"), ("INPUT1", "B")), (("OUTPUT0", "OUT"),))
     ]
     assert plan.signature.inputs["A"].datatype.name == "INT32"
+
+
+def _model(text: str) -> mc.ModelConfig:
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+STREAMING = _model('name: "tokens" model_transaction_policy { decoupled: true }')
+PLAIN = _model('name: "plain"')
+
+
+def _flow(*steps: tuple[str, dict[str, str], dict[str, str]]) -> mc.ModelConfig:
+    config = _model('name: "flow" platform: "ensemble" input { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }')
+    for model, inputs, outputs in steps:
+        step = config.ensemble_scheduling.step.add(model_name=model, model_version=-1)
+        step.input_map.update(inputs)
+        step.output_map.update(outputs)
+    return config
+
+
+def test_a_decoupled_step_makes_the_ensemble_decoupled_and_takes_the_steps_after_it() -> None:
+    config = _flow(
+        ("plain", {"X": "IN"}, {"Y": "pre"}),
+        ("tokens", {"X": "pre"}, {"Y": "token"}),
+        ("plain", {"X": "token"}, {"Y": "post"}),
+        ("plain", {"X": "post"}, {"Y": "OUT"}),
+    )
+    plan = build_plan(config, "1", [PLAIN, STREAMING, PLAIN, PLAIN])
+    assert plan.decoupled and plan.decoupled_steps == {1}
+    assert plan.after == {1: frozenset({2, 3})}
+    assert not build_plan(config, "1", [PLAIN] * 4).decoupled
+
+
+def test_a_step_fed_from_two_response_streams_is_refused_in_tritons_words() -> None:
+    # Checked on Triton 2.51: the text names the model that declared the step's output first.
+    config = _flow(
+        ("tokens", {"X": "IN"}, {"Y": "token"}),
+        ("plain", {"A": "IN", "B": "token"}, {"Y": "joined"}),
+    )
+    with pytest.raises(TurnoutError) as caught:
+        build_plan(config, "1", [STREAMING, PLAIN])
+    assert caught.value.message == (
+        "in ensemble flow, step of model 'plain' receives inputs originated from different decoupled models"
+    )
