@@ -62,32 +62,52 @@ class TritonModelException(Exception):
     """Raised by the backend's functions on misuse; a model may raise it too."""
 
 
+class _ErrorCode(enum.IntEnum):
+    """Triton's TRITONSERVER_Error_Code, shown as the python backend's pybind11 enum shows it."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __str__(self) -> str:
+        return f"__ErrorCode.{self.name}"
+
+    def __repr__(self) -> str:
+        return f"<__ErrorCode.{self.name}: {self.value}>"
+
+
 class TritonError:
     """An error a response carries: a message and one of Triton's codes (INTERNAL by default)."""
 
-    UNKNOWN = "UNKNOWN"
-    INTERNAL = "INTERNAL"
-    NOT_FOUND = "NOT_FOUND"
-    INVALID_ARG = "INVALID_ARG"
-    UNAVAILABLE = "UNAVAILABLE"
-    UNSUPPORTED = "UNSUPPORTED"
-    ALREADY_EXISTS = "ALREADY_EXISTS"
-    CANCELLED = "CANCELLED"
+    UNKNOWN = _ErrorCode.UNKNOWN
+    INTERNAL = _ErrorCode.INTERNAL
+    NOT_FOUND = _ErrorCode.NOT_FOUND
+    INVALID_ARG = _ErrorCode.INVALID_ARG
+    UNAVAILABLE = _ErrorCode.UNAVAILABLE
+    UNSUPPORTED = _ErrorCode.UNSUPPORTED
+    ALREADY_EXISTS = _ErrorCode.ALREADY_EXISTS
+    CANCELLED = _ErrorCode.CANCELLED
 
-    def __init__(self, message: str, code: str = INTERNAL) -> None:
+    def __init__(self, message: str, code: _ErrorCode | str = _ErrorCode.INTERNAL) -> None:
         if message is None:
             raise TypeError("TritonError(): message must not be None")
         self._message = str(message)
-        self._code = code
+        # The sidecar's own callers name a code by its name (protos.status.Status values).
+        self._code = _ErrorCode[code] if isinstance(code, str) else _ErrorCode(code)
 
-    def code(self) -> str:
+    def code(self) -> _ErrorCode:
         return self._code
 
     def message(self) -> str:
         return self._message
 
     def __repr__(self) -> str:
-        return f"TritonError({self._message!r}, {self._code})"
+        return f"TritonError({self._message!r}, {self._code.name})"
 
 
 # -- tensors, requests, responses -----------------------------------------------------------

@@ -272,7 +272,7 @@ def response_data(response: pb.InferenceResponse) -> ResponseData:
     outputs = {tensor.name(): tensor.as_numpy() for tensor in response.output_tensors()}
     parameters = json.loads(response.parameters() or "{}")
     if error is not None:
-        return ResponseData({}, (str(error.code()), error.message()), parameters)
+        return ResponseData({}, (error.code().name, error.message()), parameters)
     return ResponseData(outputs, None, parameters)
 
 

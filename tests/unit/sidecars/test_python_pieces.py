@@ -133,6 +133,14 @@ def test_a_deleted_family_leaves_with_its_metrics() -> None:
     assert "nv_gpu_utilization" not in text
 
 
+def test_error_codes_are_tritons_enum() -> None:
+    # As the python backend's pybind11 enum: its name, its C value, and how it prints.
+    error = pb_utils.TritonError("x", pb_utils.TritonError.CANCELLED)
+    assert error.code() == pb_utils.TritonError.CANCELLED and int(error.code()) == 7
+    assert str(pb_utils.TritonError("x").code()) == "__ErrorCode.INTERNAL"
+    assert repr(pb_utils.TritonError.NOT_FOUND) == "<__ErrorCode.NOT_FOUND: 2>"
+
+
 def test_tensors_cross_dlpack_both_ways() -> None:
     torch = pytest.importorskip("torch")
     from torch.utils import dlpack as torch_dlpack
@@ -168,7 +176,7 @@ class _CallError(grpc.RpcError):
 def test_bls_words_a_refusal_and_passes_a_models_error_response() -> None:
     def failed(error: _CallError) -> tuple[str, str]:
         response = _call_failed("m", error)
-        return response.error().message(), response.error().code()
+        return response.error().message(), response.error().code().name
 
     prefix = "Model m - Error when running inference: "
     response = _CallError(grpc.StatusCode.INVALID_ARGUMENT, "bad input on purpose", Cause.RESPONSE.value)
