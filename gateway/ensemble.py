@@ -327,8 +327,8 @@ class Ensembles:
                 # As Triton's ensemble: an answer that steps after this one made, ready
                 # once nothing else can follow it, is the last (with the final flag) even
                 # if the step sent its flag alone; one the step made itself went out as
-                # it came, before any flag.
-                newest = bool(later) and ended and number == len(branches) - 1
+                # it came, before any flag; after a failure, the error is the last word.
+                newest = bool(later) and ended and not failure and number == len(branches) - 1
                 await emit(out, its_last or (last and newest))
 
             async def run() -> None:
@@ -347,21 +347,26 @@ class Ensembles:
             if failure:
                 return
             if isinstance(answer, TurnoutError):
-                failure.append(answer)
+                failure.append(in_ensemble(plan.name, answer))
             else:
                 branch(answer, final=False)
 
         try:
-            answer = await self._send_step(plan, step, request, tensors, wanted, replace(context, responses=part))
+            try:
+                answer = await self._send_step(plan, step, request, tensors, wanted, replace(context, responses=part))
+            except TurnoutError as exc:  # its last response an error, or no response at all
+                failure.append(exc)
+                answer = b""
             ended = True
             if answer and not failure:
                 branch(answer, final=last)
+            # The responses before an error still make their answers, which go out first.
             await asyncio.gather(*branches)
         finally:
             for task in branches:
                 task.cancel()
         if failure:
-            raise in_ensemble(plan.name, failure[0])
+            raise failure[0]
         return {}
 
     async def _send_step(

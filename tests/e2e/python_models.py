@@ -325,12 +325,17 @@ output [{ name: "Y" data_type: TYPE_INT32 dims: [ 1 ] }]
 """
 
 NAMED_MODEL = """
+import json
+import time
+
 import triton_python_backend_utils as pb_utils
 from helpers import triple
 
 
 class TritonPythonModel:
     def execute(self, requests):
+        for request in requests:  # `delay_ms`: answer late (an ensemble's later step, slowed)
+            time.sleep(json.loads(request.parameters() or "{}").get("delay_ms", 0) / 1000)
         inputs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
         return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", triple(x))]) for x in inputs]
 """

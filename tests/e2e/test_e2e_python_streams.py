@@ -134,19 +134,24 @@ def test_a_decoupled_ensemble_streams_each_response_through_its_later_steps(up: 
     assert [(int(r.as_numpy("TRIPLE")[0]), int(r.as_numpy("IDX")[0])) for r in answers] == [(9, 0), (12, 1), (15, 2)]
     assert {r.get_response().model_name for r in answers} == {"tripled"}
     assert got[-1].get_response().parameters["triton_final_response"].bool_param
-    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    inputs = [grpcclient.InferInput("IN", [3], "INT32")]
-    inputs[0].set_data_from_numpy(np.array([1, 2, 3], dtype=np.int32))
-    with grpcclient.InferenceServerClient(up.grpc) as client:
-        client.start_stream(callback=lambda result, error: answers.put((result, error)))
-        client.async_stream_infer("tripled", inputs, parameters={"fail_at": 1}, enable_empty_final_response=True)
-        first, error = answers.get(timeout=30)
-        assert error is None and int(first.as_numpy("TRIPLE")[0]) == 3
-        _, error = answers.get(timeout=30)
-        assert error.message() == "in ensemble 'tripled', no answer for 2"
-        with pytest.raises(queue.Empty):  # nothing after the error, not even a final flag (as Triton 2.51)
-            answers.get(timeout=2)
-        client.stop_stream()
+    # The error in the middle, then as the step's last response: the answers of the
+    # responses before it still come, then the error, then nothing (not even a final flag).
+    for fail_at, answered in ((1, [3]), (2, [3, 6])):
+        answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        inputs = [grpcclient.InferInput("IN", [3], "INT32")]
+        inputs[0].set_data_from_numpy(np.array([1, 2, 3], dtype=np.int32))
+        with grpcclient.InferenceServerClient(up.grpc) as client:
+            client.start_stream(callback=lambda result, error, into=answers: into.put((result, error)))
+            parameters = {"fail_at": fail_at, "delay_ms": 50}  # answers made after the step's stream ended
+            client.async_stream_infer("tripled", inputs, parameters=parameters, enable_empty_final_response=True)
+            for expected in answered:
+                result, error = answers.get(timeout=30)
+                assert error is None and int(result.as_numpy("TRIPLE")[0]) == expected
+            _, error = answers.get(timeout=30)
+            assert error.message() == f"in ensemble 'tripled', no answer for {fail_at + 1}"
+            with pytest.raises(queue.Empty):
+                answers.get(timeout=2)
+            client.stop_stream()
 
 
 def test_a_decoupled_ensemble_is_decoupled_to_its_clients(up: Server) -> None:
