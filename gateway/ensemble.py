@@ -24,12 +24,10 @@ from protos import model_config_pb2 as mc
 from protos.datatypes import BY_NAME
 from protos.ensemble_steps import check_step_configs
 from protos.statistics import BatchTimes, VersionStatistics
-from protos.status import Cause, Status, TurnoutError, invalid_arg, not_found, unsupported
+from protos.status import TurnoutError, decoupled_refused, invalid_arg, not_found, unsupported
 from protos.validation import ValidRequest, validate
 
 ENSEMBLE_FRAMEWORK = "ensemble"
-# As the sidecars word a decoupled model asked for one answer (the HTTP front has its own words).
-DECOUPLED_ON_MODEL_INFER = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 # Where a decoupled ensemble's answers go, one serialized ModelInferResponse at a time,
 # and whether it is the ensemble's last.
 Emit = Callable[[bytes, bool], Awaitable[None]]
@@ -155,7 +153,7 @@ class Ensembles:
         stats = self._statistics.setdefault((plan.name, plan.version), VersionStatistics())
         answers = context.responses
         if plan.decoupled and answers is None:  # one answer asked of an ensemble that streams
-            raise TurnoutError(Status.UNSUPPORTED, DECOUPLED_ON_MODEL_INFER, Cause.DECOUPLED)
+            raise decoupled_refused()
         # Refused here, as Triton's core refuses any request before it runs (its texts,
         # naming the ensemble, in its order): not counted in the ensemble's statistics.
         valid = validate(request, plan.signature)

@@ -156,10 +156,6 @@ class SharedMemory:
         start = region.offset + offset
         return region.memory[start : start + byte_size]
 
-    def check_output(self, name: str, offset: int, byte_size: int) -> None:
-        """Validate an output's region before the request is sent."""
-        self.locate(name, offset, byte_size)
-
     def write(self, output: str, name: str, offset: int, byte_size: int, data: bytes) -> None:
         """Copy an output's bytes into its region, which must be large enough."""
         if len(data) > byte_size:
@@ -214,7 +210,7 @@ class SharedMemory:
                 region, offset, byte_size = _shm_parameters(output.name, params)
                 if "classification" in params:
                     raise invalid_arg("output can't set both 'shared_memory_region' and 'classification'")
-                self.check_output(region, offset, byte_size)
+                self.locate(region, offset, byte_size)  # before the request is sent
                 targets[output.name] = (region, offset, byte_size)
                 _strip_shm(params)
         return forward, targets

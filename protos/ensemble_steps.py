@@ -113,7 +113,7 @@ def decoupled_steps(ensemble: mc.ModelConfig, step_configs: Sequence[mc.ModelCon
         progressed = False
         for item in list(pending):
             index, (step, config) = item
-            sources = [tensor for tensor in step.input_map.values()]
+            sources = list(step.input_map.values())
             if not all(tensor in label for tensor in sources):
                 continue
             pending.remove(item)

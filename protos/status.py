@@ -97,6 +97,14 @@ CAUSE_METADATA = "turnout-cause"
 REFUSAL_STATUS_PARAMETER = "turnout_refusal_status"
 
 
+def decoupled_refused() -> TurnoutError:
+    """A decoupled model (or ensemble) asked for one answer, as the gRPC front words it; the
+    HTTP front words it its own way (Cause.DECOUPLED)."""
+    return TurnoutError(
+        Status.UNSUPPORTED, "ModelInfer RPC doesn't support models with decoupled transaction policy", Cause.DECOUPLED
+    )
+
+
 def cause_named(text: str) -> Cause | None:
     """The Cause a peer sent; None for none, or for one this side does not know."""
     try:

@@ -19,7 +19,7 @@ from protos.cnum import parse_version
 from protos.identity import SIDECAR_EXTENSIONS, server_metadata
 from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_response, log_updates
 from protos.rpc import METHODS, abort_call
-from protos.status import Cause, Status, TurnoutError, invalid_arg, not_found, unavailable, unsupported
+from protos.status import Cause, TurnoutError, decoupled_refused, invalid_arg, not_found, unavailable, unsupported
 from protos.trace import TRACE_PARAMETER, timestamps_text
 from protos.validation import Answer, validate
 from sidecars.batcher import BackendFailure, Result
@@ -164,11 +164,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             log.debug("infer model '%s' version '%s'", request.model_name, request.model_version)
         loaded: LoadedVersion = self.manager.resolve(request.model_name, request.model_version)
         if loaded.config.model_transaction_policy.decoupled:
-            raise TurnoutError(
-                Status.UNSUPPORTED,
-                "ModelInfer RPC doesn't support models with decoupled transaction policy",
-                Cause.DECOUPLED,
-            )
+            raise decoupled_refused()
         reason = "REJECTED"  # Triton's failure reason, by the step that failed
         valid = None
         try:

@@ -131,7 +131,7 @@ def parse_infer_request(
     if not isinstance(document, dict):  # TritonJson finds no member in it: 'inputs' is the first it must have
         raise _missing("inputs")
     try:
-        return _request_of(document, body, json_length, model_name, model_version, max_input_size, locate)
+        return _request_of(document, body, json_end, model_name, model_version, max_input_size, locate)
     except UnicodeEncodeError:
         # Such bytes in a name or a parameter: no protobuf string can carry them.
         at = _not_utf8(header)
@@ -150,13 +150,12 @@ def _not_utf8(data: bytes | memoryview) -> int:
 def _request_of(
     document: dict[str, Any],
     body: bytes,
-    json_length: int | None,
+    json_end: int,
     model_name: str,
     model_version: str,
     max_input_size: int,
     locate: Locate | None,
 ) -> tuple[ModelInferRequest, OutputRendering]:
-    json_end = len(body) if json_length is None else json_length
     request = ModelInferRequest(model_name=model_name, model_version=model_version)
     if "id" in document:
         request_id = document["id"]
@@ -171,7 +170,7 @@ def _request_of(
     offset = json_end
     end = len(body)
     for entry in inputs:
-        offset = _parse_input(entry, request, body, offset, json_length, model_name, max_input_size, locate)
+        offset = _parse_input(entry, request, body, offset, model_name, max_input_size, locate)
     if offset != end:
         raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
 
@@ -279,7 +278,6 @@ def _parse_input(
     request: ModelInferRequest,
     body: bytes,
     offset: int,
-    json_length: int | None,
     model_name: str,
     max_input_size: int,
     locate: Locate | None,
