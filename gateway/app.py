@@ -42,6 +42,7 @@ from gateway.workers import WORKER_READY, Siblings, control_server
 from protos import event_loop
 from protos.consul_access import ConsulAccessError
 from protos.logs import LogSettings
+from protos.memory import keep_freed_memory
 from protos.ready import GATEWAY_READY, join_host_port, ready_line
 from protos.rpc import server_credentials
 
@@ -204,6 +205,7 @@ def run(settings: GatewaySettings) -> int:
         from gateway import workers
 
         return workers.run(settings)
+    keep_freed_memory()
     try:
         return event_loop.run(serve(settings), settings.event_loop)
     except (PortUnavailable, OSError) as exc:

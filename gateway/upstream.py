@@ -33,6 +33,7 @@ from protos.status import (
     unavailable,
 )
 from protos.trace import TRACEPARENT
+from protos.wire import serialize_infer
 
 M = TypeVar("M", bound=Message)
 
@@ -207,7 +208,7 @@ class SidecarClient:
                 raise TurnoutError(
                     Status.INTERNAL, answer.error_message, Cause.RESPONSE if answer.infer_response.model_name else None
                 )
-            payload: bytes = answer.infer_response.SerializeToString()
+            payload = serialize_infer(answer.infer_response)
             if final is not None and final.bool_param:
                 return payload
             responses(payload)

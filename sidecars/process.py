@@ -20,6 +20,7 @@ import grpc
 from protos import event_loop
 from protos.lane import LaneServer
 from protos.logs import LogSettings
+from protos.memory import keep_freed_memory
 from protos.ready import SIDECAR_READY, ready_line
 from protos.remote import is_remote
 from protos.rpc import MESSAGE_SIZE_OPTIONS, server_credentials
@@ -263,6 +264,7 @@ def _remove_lane_folder(folder: str | None) -> None:
 def run(settings: SidecarSettings) -> int:
     logging.basicConfig(stream=sys.stderr)
     LogSettings.of(settings).apply()
+    keep_freed_memory()
     return event_loop.run(serve(settings), settings.event_loop)
 
 
