@@ -30,7 +30,7 @@ from bench.floor_server import READY as FLOOR_READY
 from protos import grpc_service_pb2 as pb
 from protos.lane import LaneClient
 from protos.ready import GATEWAY_READY, SIDECAR_READY, parse_ready
-from scripts.make_models import write_mlp, write_simple, write_torch_mlp
+from scripts.make_models import write_identity, write_mlp, write_simple, write_torch_mlp
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,13 @@ MODELS = {
     "mlp": {"INPUT0": ("FP32", (1, 512))},
     "mlp_torch": {"INPUT0": ("FP32", (1, 512))},
     "mlp_nobatch": {"INPUT0": ("FP32", (1, 512))},
+    # An identity over 1 MiB of FP32: the data path's cost for a large tensor.
+    "tensor1m": {"INPUT0": ("FP32", (1, 262144))},
 }
+# Compressing 1 MiB of random floats takes zlib about 40 ms (Triton's HTTP server as much,
+# when the client accepts it, as tritonclient's aio client does): this model's answers are
+# asked for uncompressed, so its HTTP row measures the data path.
+_UNCOMPRESSED = {"tensor1m"}
 
 
 def _inputs(model: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -92,8 +98,9 @@ async def _http(url: str, model: str, arrays: dict[str, np.ndarray], conc: int, 
         tensor = httpclient.InferInput(name, list(array.shape), MODELS[model][name][0])
         tensor.set_data_from_numpy(array, binary_data=True)
         inputs.append(tensor)
+    headers = {"Accept-Encoding": "identity"} if model in _UNCOMPRESSED else None
     try:
-        return await run_async(lambda: client.infer(model, inputs), conc, warmup, dur)
+        return await run_async(lambda: client.infer(model, inputs, headers=headers), conc, warmup, dur)
     finally:
         await client.close()
 
@@ -203,6 +210,7 @@ def main() -> None:
         write_simple(Path(repo))
         write_mlp(Path(repo))
         write_mlp(Path(repo), name="mlp_nobatch", extra_config="")
+        write_identity(Path(repo), "tensor1m", "FP32", dims=MODELS["tensor1m"]["INPUT0"][1][1:])
         with_torch = _has_torch() and "mlp" in models
         if with_torch:
             write_torch_mlp(Path(repo), "mlp_torch")

@@ -18,6 +18,8 @@ from protos.rpc import MESSAGE_SIZE_OPTIONS, SERVICE
 def _response(model: str) -> bytes:
     if model == "mlp":
         outputs = [("OUTPUT0", "FP32", [1, 10], bytes(40))]
+    elif model == "tensor1m":
+        outputs = [("OUTPUT0", "FP32", [1, 262144], bytes(1 << 20))]
     else:
         outputs = [("OUTPUT0", "INT32", [1, 16], bytes(64)), ("OUTPUT1", "INT32", [1, 16], bytes(64))]
     response = pb.ModelInferResponse(model_name=model, model_version="1")

@@ -18,6 +18,8 @@ import uvicorn
 def _response(model: str) -> tuple[bytes, int]:
     if model == "mlp":
         outputs = [("OUTPUT0", "FP32", [1, 10], 40)]
+    elif model == "tensor1m":
+        outputs = [("OUTPUT0", "FP32", [1, 262144], 1 << 20)]
     else:
         outputs = [("OUTPUT0", "INT32", [1, 16], 64), ("OUTPUT1", "INT32", [1, 16], 64)]
     header = json.dumps(
