@@ -61,7 +61,6 @@ from protos.logs import (
 from protos.sequence import sequence_of
 from protos.status import Status, TurnoutError, invalid_arg, not_found, unavailable, unsupported
 from protos.validation import PLAIN_PARAMETERS
-from protos.wire import serialize_infer
 
 logger = logging.getLogger(__name__)
 
@@ -266,7 +265,7 @@ class Gateway:
                     request.parameters[REQUEST_ID_PARAMETER].string_param = request_id
                 response = await self._infer_resolved(request, version, context, model, served)
             else:
-                payload = serialize_infer(request) if encoded is None else encoded
+                payload = request.SerializeToString() if encoded is None else encoded
                 if version != request.model_version:
                     payload = with_version(payload, version)
                 if served and encoded is not None:
@@ -295,7 +294,7 @@ class Gateway:
         """Infer with shared-memory tensors resolved: input regions become raw contents,
         output regions receive the raw outputs, which leave the response empty."""
         forward, targets = self._shm.resolve_request(request, version)
-        encoded = await self._dispatcher.forward(model, version, serialize_infer(forward), context, served)
+        encoded = await self._dispatcher.forward(model, version, forward.SerializeToString(), context, served)
         return self._shm.write_outputs(encoded, targets)
 
     async def _infer_ensemble(self, request: pb.ModelInferRequest, version: str, context: RequestContext) -> bytes:

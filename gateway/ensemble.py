@@ -26,7 +26,6 @@ from protos.ensemble_steps import check_step_configs
 from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import TurnoutError, decoupled_refused, invalid_arg, not_found, unsupported
 from protos.validation import ValidRequest, validate
-from protos.wire import serialize_infer
 
 ENSEMBLE_FRAMEWORK = "ensemble"
 # Where a decoupled ensemble's answers go, one serialized ModelInferResponse at a time,
@@ -402,7 +401,7 @@ class Ensembles:
         forward.model_version = version
         try:
             if context.trace is None:
-                return await self._dispatcher.send(step.model, version, serialize_infer(forward), context)
+                return await self._dispatcher.send(step.model, version, forward.SerializeToString(), context)
             return await self._send_step_traced(context.trace, step.model, version, forward, context)
         except TurnoutError as exc:
             raise in_ensemble(plan.name, exc) from exc
@@ -414,7 +413,7 @@ class Ensembles:
         child = trace.child(model, version)
         child.start_request(version, forward.id)
         try:
-            payload = serialize_infer(forward)
+            payload = forward.SerializeToString()
             return await self._dispatcher.send_traced(child, model, version, payload, replace(context, trace=child))
         finally:
             child.stamp(REQUEST_END)
@@ -489,7 +488,8 @@ def _response(
             raise _deadlock(plan, request)
         response.outputs.add(name=name, datatype=tensor.datatype, shape=tensor.shape)
         response.raw_output_contents.append(tensor.data)
-    return serialize_infer(response)
+    encoded: bytes = response.SerializeToString()
+    return encoded
 
 
 def _deadlock(plan: Plan, request: pb.ModelInferRequest) -> TurnoutError:

@@ -17,7 +17,6 @@ from typing import Any
 
 from protos import grpc_service_pb2 as pb
 from protos.status import Status, TurnoutError, internal, invalid_arg, not_found, unsupported
-from protos.wire import serialize_infer
 
 DISABLED = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
@@ -229,7 +228,8 @@ class SharedMemory:
             region, offset, byte_size = target
             self.write(output.name, region, offset, byte_size, raw[index])
             raw[index] = b""
-        return serialize_infer(response)
+        serialized: bytes = response.SerializeToString()
+        return serialized
 
     # --- CUDA shared memory -------------------------------------------------------
 

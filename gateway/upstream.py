@@ -33,7 +33,6 @@ from protos.status import (
     unavailable,
 )
 from protos.trace import TRACEPARENT
-from protos.wire import serialize_infer
 
 M = TypeVar("M", bound=Message)
 
@@ -208,7 +207,7 @@ class SidecarClient:
                 raise TurnoutError(
                     Status.INTERNAL, answer.error_message, Cause.RESPONSE if answer.infer_response.model_name else None
                 )
-            payload = serialize_infer(answer.infer_response)
+            payload: bytes = answer.infer_response.SerializeToString()
             if final is not None and final.bool_param:
                 return payload
             responses(payload)

@@ -1,14 +1,12 @@
 """Protobuf's wire format written and read by hand, for the few places that touch bytes
 received from a peer instead of parsing and re-encoding the whole message: a parser
 merges an appended field into the message (a later scalar wins, a map gains the entry),
-and `fields` walks a message's top-level fields without decoding their contents.
-`serialize_infer` writes an infer message's tensor bytes itself, as upb's encoder is
-slow on large ones."""
+and `fields` walks a message's top-level fields without decoding their contents."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
 
@@ -78,48 +76,3 @@ def fields(data: bytes | memoryview) -> Iterator[Field]:
             raise ValueError("truncated field")
         yield Field(number, wire_type, start, value_start, end)
         position = end
-
-
-# The tensor bytes of each infer message: its last field, so upb writes them after all the
-# others and appending them by hand gives the same bytes.
-_RAW_FIELDS = {
-    "inference.ModelInferRequest": "raw_input_contents",
-    "inference.ModelInferResponse": "raw_output_contents",
-}
-# upb's encoder (protobuf 6.33, measured) writes a message under about 32 KB as fast as a
-# copy and a larger one at about 2.5 ms a MB, some 90 times a copy.
-_BY_HAND_FROM = 32 * 1024
-
-
-def serialize_infer(message: Any) -> bytes:
-    """`message.SerializeToString()`, byte for byte, for a ModelInferRequest or
-    ModelInferResponse: where its tensor bytes are large, the rest of the message is
-    serialized alone and the tensors are appended as length-delimited fields, which
-    costs a few copies of them instead of upb's encoder."""
-    name = _RAW_FIELDS[message.DESCRIPTOR.full_name]
-    raw = getattr(message, name)
-    contents = list(raw)
-    if sum(map(len, contents)) < _BY_HAND_FROM:
-        return bytes(message.SerializeToString())
-    del raw[:]
-    try:
-        head = message.SerializeToString()
-    finally:
-        raw.extend(contents)  # the caller's message stays as it was
-    tag = varint(message.DESCRIPTOR.fields_by_name[name].number << 3 | LENGTH_DELIMITED)
-    parts = [head]
-    for content in contents:
-        parts += (tag, varint(len(content)), content)
-    return b"".join(parts)
-
-
-def serialize_stream_infer(message: Any) -> bytes:
-    """`message.SerializeToString()`, byte for byte, for a ModelStreamInferResponse, its
-    infer response serialized by serialize_infer."""
-    if not message.HasField("infer_response"):
-        return bytes(message.SerializeToString())
-    fields = message.DESCRIPTOR.fields_by_name
-    head = b""
-    if message.error_message:
-        head = length_delimited(fields["error_message"].number, message.error_message.encode())
-    return head + length_delimited(fields["infer_response"].number, serialize_infer(message.infer_response))

@@ -18,11 +18,10 @@ from protos import grpc_service_pb2_grpc as pb_grpc
 from protos.cnum import parse_version
 from protos.identity import SIDECAR_EXTENSIONS, server_metadata
 from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_response, log_updates
-from protos.rpc import METHODS, SERVICE, abort_call
+from protos.rpc import METHODS, abort_call
 from protos.status import Cause, TurnoutError, decoupled_refused, invalid_arg, not_found, unavailable, unsupported
 from protos.trace import TRACE_PARAMETER, timestamps_text
 from protos.validation import Answer, validate
-from protos.wire import serialize_infer, serialize_stream_infer
 from sidecars.batcher import BackendFailure, Result
 from sidecars.config import parse_override, poll_failure
 from sidecars.models import LoadedVersion, ModelManager
@@ -276,14 +275,16 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         its TurnoutError), the last one marked."""
         async for response, last in self._stream_answers(pb.ModelInferRequest.FromString(encoded), request_id):
             if isinstance(response, pb.ModelInferResponse):
-                yield serialize_infer(response), last
+                yield response.SerializeToString(), last
             else:
                 yield (response if response is not None else b""), last
 
     async def infer_encoded(self, encoded: memoryview, request_id: str) -> bytes:
         """ModelInfer for the gateway's lane: a serialized request and the gateway's request
         id in, a serialized response out."""
-        return serialize_infer(await self._infer(pb.ModelInferRequest.FromString(encoded), request_id))
+        response = await self._infer(pb.ModelInferRequest.FromString(encoded), request_id)
+        serialized: bytes = response.SerializeToString()
+        return serialized
 
     @_stream_rpc
     async def ModelStreamInfer(
@@ -498,29 +499,8 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
             await asyncio.sleep(0.5)
 
 
-def _inference_handlers(service: InferenceService) -> dict[str, grpc.RpcMethodHandler]:
-    """The inference service's handlers, as the generated registration makes them, except
-    that infer responses are serialized by protos.wire (upb is slow on large tensors)."""
-    handlers = {}
-    for method in METHODS:
-        serializer = getattr(pb, method.response).SerializeToString
-        if method.name == "ModelInfer":
-            serializer = serialize_infer
-        elif method.name == "ModelStreamInfer":
-            serializer = serialize_stream_infer
-        handler = grpc.stream_stream_rpc_method_handler if method.streaming else grpc.unary_unary_rpc_method_handler
-        handlers[method.name] = handler(
-            getattr(service, method.name),
-            request_deserializer=getattr(pb, method.request).FromString,
-            response_serializer=serializer,
-        )
-    return handlers
-
-
 def add_services(server: grpc.aio.Server, manager: ModelManager, logs: LogSettings | None = None) -> InferenceService:
     service = InferenceService(manager, logs)
-    handlers = _inference_handlers(service)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    server.add_registered_method_handlers(SERVICE, handlers)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(service, server)
     health_pb2_grpc.add_HealthServicer_to_server(HealthService(manager), server)
     return service
