@@ -4,13 +4,14 @@ The gateway (`turnout gateway`) and the ONNX Runtime sidecar run under bench.pro
 each protocol and concurrency, a closed-loop client warms up, then both processes profile
 their main thread (where the event loop runs) while the client sends exactly --requests
 requests. The profiles' call counts, divided by the requests, give per request: Python
-function calls, tasks, futures and loop callbacks created, hand-offs to a thread, protobuf
-parses and serializations, Prometheus client calls and context-variable sets. A
-coroutine's every resumption counts as a call, as cProfile counts it.
+function calls, protobuf parses and serializations, Prometheus client calls and
+context-variable sets (on uvloop, as turnout runs); then, from a second pass on asyncio's
+loop, whose methods are Python (uvloop's are Cython, which a profile does not see): loop
+wake-ups, tasks, futures, callbacks, timers and thread hand-offs, grpc.aio's own included.
+A coroutine's every resumption counts as a call, as cProfile counts it.
 
-Counts, unlike times, do not move with the machine's load. What grpc.aio's and uvloop's own
-Cython code does (grpc.aio's task per RPC, uvloop's reads and writes) is not Python-level
-and is not counted; bench.profile's system calls and switches cover it.
+Counts, unlike times, do not move with the machine's load. The kernel's share (reads,
+writes, switches between grpc's threads) is bench.profile's.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ By default glibc serves every allocation over 128 KiB with a fresh mmap and hand
 to the kernel when freed (its threshold adapts, but the trim of the heap's top undoes
 it), so every large tensor a request carries is written into new pages, each a page
 fault. Measured here, a 1 MiB request through the gateway and the ONNX Runtime sidecar
-cost each process about 4.5 ms of CPU that way, against about 2 ms with the thresholds
+cost each process about 4.5 ms of CPU that way, against about 2.5 ms with the thresholds
 below (bench/README.md). The price is memory: each process keeps up to TRIM_THRESHOLD
 of freed memory instead of returning it.
 

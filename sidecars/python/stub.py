@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from protos.memory import keep_freed_memory
 from sidecars.python import backend_utils as pb
 from sidecars.python.channel import Channel, ChannelClosed, MetricOp, RequestData, ResponseData, Setup
 
@@ -287,6 +288,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _stdout_to_stderr()
+    keep_freed_memory()  # a model's tensors cross this process as large buffers too
     channel = Channel(socket.socket(fileno=int(argv[1])))
     kind, setup = channel.receive()
     assert kind == "setup"
