@@ -46,6 +46,16 @@ class Tensor:
     data: bytes
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every step of one ensemble request shares: its plan, the request and the
+    ensemble outputs it asks for."""
+
+    plan: Plan
+    request: pb.ModelInferRequest
+    wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor]
+
+
 class Ensembles:
     """Runs the ensembles the ensemble sidecar serves, and keeps their statistics."""
 
@@ -159,6 +169,7 @@ class Ensembles:
         valid = validate(request, plan.signature)
         tensors = _request_tensors(request, valid)
         wanted = _wanted_outputs(request, plan)
+        run = _Run(plan, request, wanted)
         try:
             queued_ns = time.perf_counter_ns() - started
             if answers is not None and plan.decoupled:
@@ -173,10 +184,10 @@ class Ensembles:
                 # Each response of a decoupled step, through the steps after it, is one
                 # response of the ensemble. The one its last response (if that carried
                 # outputs) makes is the ensemble's last; else the final flag comes alone.
-                await self._run_steps(plan, request, tensors, wanted, context, emit=send)
+                await self._run_steps(run, tensors, context, emit=send)
                 response = final[0] if final else b""
             else:
-                await self._run_steps(plan, request, tensors, wanted, context)
+                await self._run_steps(run, tensors, context)
                 response = _response(request, plan, tensors, wanted)
         except (TurnoutError, asyncio.CancelledError):
             stats.record_failure(time.perf_counter_ns() - started)
@@ -231,10 +242,8 @@ class Ensembles:
 
     async def _run_steps(
         self,
-        plan: Plan,
-        request: pb.ModelInferRequest,
+        run: _Run,
         tensors: dict[str, Tensor],
-        wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
         context: RequestContext,
         steps: Sequence[Step] | None = None,
         emit: Emit | None = None,
@@ -247,6 +256,7 @@ class Ensembles:
         decoupled step follows, the ensemble's answer for that response goes to `emit`
         (`last` when it answers the last response of every decoupled step before it)."""
         # An optional ensemble input the request leaves out is left out of its steps too.
+        plan = run.plan
         absent = {name for name, spec in plan.signature.inputs.items() if spec.optional and name not in tensors}
         waiting = list(plan.steps if steps is None else steps)
         running: set[asyncio.Task[dict[str, Tensor]]] = set()
@@ -259,14 +269,14 @@ class Ensembles:
                         later = [s for s in waiting if s.index in plan.after[step.index]]
                         waiting = [s for s in waiting if s not in later]
                         streamed = True
-                        run = self._run_decoupled_step(
-                            plan, step, later, request, tensors, wanted, context, emit, last or steps is None
+                        started = self._run_decoupled_step(
+                            run, step, later, tensors, context, emit, last or steps is None
                         )
                     else:
-                        run = self._run_step(plan, step, request, tensors, wanted, context)
-                    running.add(asyncio.create_task(run))
+                        started = self._run_step(run, step, tensors, context)
+                    running.add(asyncio.create_task(started))
                 if not running:
-                    raise _deadlock(plan, request)
+                    raise _deadlock(plan, run.request)
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     tensors.update(task.result())
@@ -274,30 +284,22 @@ class Ensembles:
             for task in running:
                 task.cancel()
         if steps is not None and emit is not None and not streamed:
-            await emit(_response(request, plan, tensors, wanted), last)
+            await emit(_response(run.request, plan, tensors, run.wanted), last)
 
     async def _run_step(
-        self,
-        plan: Plan,
-        step: Step,
-        request: pb.ModelInferRequest,
-        tensors: dict[str, Tensor],
-        wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
-        context: RequestContext,
+        self, run: _Run, step: Step, tensors: dict[str, Tensor], context: RequestContext
     ) -> dict[str, Tensor]:
         if context.responses is not None:  # a stream's: a step answers once, to the ensemble
             context = replace(context, responses=None)
-        encoded = await self._send_step(plan, step, request, tensors, wanted, context)
+        encoded = await self._send_step(run, step, tensors, context)
         return _outputs_of(step, pb.ModelInferResponse.FromString(encoded))
 
     async def _run_decoupled_step(
         self,
-        plan: Plan,
+        run: _Run,
         step: Step,
         later: list[Step],
-        request: pb.ModelInferRequest,
         tensors: dict[str, Tensor],
-        wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
         context: RequestContext,
         emit: Emit,
         last: bool,
@@ -329,29 +331,29 @@ class Ensembles:
                 newest = bool(later) and ended and not failure and number == len(branches) - 1
                 await emit(out, its_last or (last and newest))
 
-            async def run() -> None:
+            async def follow() -> None:
                 try:
                     produced = _outputs_of(step, pb.ModelInferResponse.FromString(answer))
                     if produced:  # a response without outputs (its final flag) runs nothing
                         branch_tensors = {**tensors, **produced}
-                        await self._run_steps(plan, request, branch_tensors, wanted, context, later, in_turn, final)
+                        await self._run_steps(run, branch_tensors, context, later, in_turn, final)
                 finally:
                     # Done once its answers are out and those before them too.
                     turn.add_done_callback(lambda _: _settle(done))
 
-            branches.append(asyncio.create_task(run()))
+            branches.append(asyncio.create_task(follow()))
 
         def part(answer: bytes | TurnoutError) -> None:
             if failure:
                 return
             if isinstance(answer, TurnoutError):
-                failure.append(in_ensemble(plan.name, answer))
+                failure.append(in_ensemble(run.plan.name, answer))
             else:
                 branch(answer, final=False)
 
         try:
             try:
-                answer = await self._send_step(plan, step, request, tensors, wanted, replace(context, responses=part))
+                answer = await self._send_step(run, step, tensors, replace(context, responses=part))
             except TurnoutError as exc:  # its last response an error, or no response at all
                 failure.append(exc)
                 answer = b""
@@ -367,18 +369,10 @@ class Ensembles:
             raise failure[0]
         return {}
 
-    async def _send_step(
-        self,
-        plan: Plan,
-        step: Step,
-        request: pb.ModelInferRequest,
-        tensors: dict[str, Tensor],
-        wanted: dict[str, pb.ModelInferRequest.InferRequestedOutputTensor],
-        context: RequestContext,
-    ) -> bytes:
+    async def _send_step(self, run: _Run, step: Step, tensors: dict[str, Tensor], context: RequestContext) -> bytes:
         """One step's request built from the tensors it takes, sent; its (last) answer."""
-        forward = pb.ModelInferRequest(model_name=step.model, id=request.id)
-        for key, value in request.parameters.items():
+        forward = pb.ModelInferRequest(model_name=step.model, id=run.request.id)
+        for key, value in run.request.parameters.items():
             forward.parameters[key].CopyFrom(value)
         for model_input, tensor_name in step.inputs:
             tensor = tensors.get(tensor_name)
@@ -389,7 +383,7 @@ class Ensembles:
         for model_output, output_tensor in step.outputs:
             output = forward.outputs.add(name=model_output)
             # Classification of an ensemble output is asked of the step that computes it.
-            asked = wanted.get(output_tensor)
+            asked = run.wanted.get(output_tensor)
             if asked is not None and CLASSIFICATION in asked.parameters:
                 output.parameters[CLASSIFICATION].CopyFrom(asked.parameters[CLASSIFICATION])
         if not step.version:
@@ -404,7 +398,7 @@ class Ensembles:
                 return await self._dispatcher.send(step.model, version, forward.SerializeToString(), context)
             return await self._send_step_traced(context.trace, step.model, version, forward, context)
         except TurnoutError as exc:
-            raise in_ensemble(plan.name, exc) from exc
+            raise in_ensemble(run.plan.name, exc) from exc
 
     async def _send_step_traced(
         self, trace: Trace, model: str, version: str, forward: pb.ModelInferRequest, context: RequestContext
