@@ -2,7 +2,7 @@
 (gRPC and HTTP binary) beside in-process ONNX Runtime, a plain grpc.aio echo server, a
 plain uvicorn echo, one sidecar called directly over its lane, and for simple the floor
 (one process serving the model itself over both protocols) with turnout as its ratio; the MLP with dynamic
-batching off and on at concurrency 32; the gateway's CPU time per request; and the same
+batching off and on at concurrency 32, in alternating pairs; the gateway's CPU time per request; and the same
 MLP as TorchScript through the PyTorch sidecar beside in-process torch. All in one run,
 so the ratios hold on a noisy machine. Writes a results table (Markdown, CSV) and plots.
 """
@@ -184,6 +184,9 @@ def main() -> None:
     parser.add_argument("--models", default="simple,mlp")
     parser.add_argument("--concurrency", default="1,16")
     parser.add_argument("--batching-concurrency", type=int, default=32, help="MLP batching off vs on, at this")
+    parser.add_argument(
+        "--batching-rounds", type=int, default=3, help="MLP batching off/on pairs, alternating; the median is reported"
+    )
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per cell")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument(
@@ -205,6 +208,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows: list[Row] = []
     cpu_per_request: dict[str, float] = {}
+    batching_ratios: list[float] = []
 
     with tempfile.TemporaryDirectory() as repo:
         write_simple(Path(repo))
@@ -283,19 +287,23 @@ def main() -> None:
             if "mlp" in models:
                 arrays = _inputs("mlp", rng)
                 conc, w, d = args.batching_concurrency, args.warmup, args.duration
-                cells = [
-                    (
-                        "turnout gRPC, batching off",
-                        asyncio.run(_grpc(fields["grpc"], "mlp_nobatch", arrays, conc, w, d)),
-                    ),
-                    ("turnout gRPC, batching on", asyncio.run(_grpc(fields["grpc"], "mlp", arrays, conc, w, d))),
-                ]
+                # Off and on alternate, so a machine whose load drifts moves both cells of
+                # a pair alike; the pair with the median ratio is the one reported.
+                pairs = []
+                for _ in range(args.batching_rounds):
+                    off = asyncio.run(_grpc(fields["grpc"], "mlp_nobatch", arrays, conc, w, d))
+                    on = asyncio.run(_grpc(fields["grpc"], "mlp", arrays, conc, w, d))
+                    pairs.append((off, on))
+                pairs.sort(key=lambda pair: pair[1].throughput / pair[0].throughput)
+                off, on = pairs[len(pairs) // 2]
+                batching_ratios = [on.throughput / off.throughput for off, on in pairs]
+                cells = [("turnout gRPC, batching off", off), ("turnout gRPC, batching on", on)]
                 rows += [("mlp", conc, path, figures) for path, figures in cells]
                 _print(rows[-len(cells) :])
     print()
     for key, seconds in cpu_per_request.items():
         print(f"gateway CPU per request, {key}: {seconds * 1e6:.0f} us")
-    targets = _targets(rows, cpu_per_request) + _against_floor(rows)
+    targets = _targets(rows, cpu_per_request, batching_ratios) + _against_floor(rows)
     for line in targets:
         print(line)
     _write(args.out, rows, cpu_per_request, targets)
@@ -305,7 +313,7 @@ def _find(rows: list[Row], model: str, conc: int, path: str) -> Figures | None:
     return next((f for m, c, p, f in rows if m == model and c == conc and p == path), None)
 
 
-def _targets(rows: list[Row], cpu: dict[str, float]) -> list[str]:
+def _targets(rows: list[Row], cpu: dict[str, float], batching_ratios: list[float]) -> list[str]:
     """The issue's speed targets, each as measured ratio against its goal."""
     lines = []
     echo16, turnout16 = _find(rows, "simple", 16, "echo server, gRPC"), _find(rows, "simple", 16, "turnout, gRPC")
@@ -321,13 +329,16 @@ def _targets(rows: list[Row], cpu: dict[str, float]) -> list[str]:
         lines.append(
             f"simple HTTP c16 req/s vs uvicorn echo: {http16.throughput / http_echo.throughput:.0%} (goal >= 40%)"
         )
-    off = next((f for m, _, p, f in rows if p == "turnout gRPC, batching off"), None)
-    on = next((f for m, _, p, f in rows if p == "turnout gRPC, batching on"), None)
-    if off and on:
-        lines.append(f"MLP dynamic batching on vs off: {on.throughput / off.throughput:.2f}x (goal >= 3x)")
+    if batching_ratios:
+        median = batching_ratios[len(batching_ratios) // 2]
+        each = ", ".join(f"{ratio:.2f}x" for ratio in batching_ratios)
+        lines.append(
+            f"MLP dynamic batching on vs off: {median:.2f}x, the median of {len(batching_ratios)} "
+            f"alternating pairs ({each}) (goal >= 3x)"
+        )
     grpc_cpu = [v for k, v in cpu.items() if k.startswith("simple c16 grpc")]
     if grpc_cpu:
-        lines.append(f"gateway CPU per gRPC request (simple c16): {grpc_cpu[0] * 1e6:.0f} us (goal < 150 us)")
+        lines.append(f"gateway CPU per gRPC request (simple c16): {grpc_cpu[0] * 1e6:.0f} us (goal <= 110 us, at c32)")
     return lines
 
 
