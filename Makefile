@@ -82,7 +82,7 @@ unit: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy gateway sidecars protos turnout bench/loadgen
+	$(VENV)/bin/mypy gateway sidecars protos turnout bench
 
 protos: setup
 	$(PY) -m protos.generate

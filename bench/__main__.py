@@ -1,10 +1,11 @@
 """`python -m bench` (or `make bench`): simple and an FP32 MLP through the gateway
 (gRPC and HTTP binary) beside in-process ONNX Runtime, a plain grpc.aio echo server, a
 plain uvicorn echo, one sidecar called directly over its lane, and for simple the floor
-(one process serving the model itself over both protocols) with turnout as its ratio; the MLP with dynamic
-batching off and on at concurrency 32, in alternating pairs; the gateway's CPU time per request; and the same
-MLP as TorchScript through the PyTorch sidecar beside in-process torch. All in one run,
-so the ratios hold on a noisy machine. Writes a results table (Markdown, CSV) and plots.
+(one process serving the model itself over both protocols) with turnout as its ratio;
+the MLP with dynamic batching off and on at concurrency 32, in alternating pairs; the
+gateway's CPU time per request; and the same MLP as TorchScript through the PyTorch
+sidecar beside in-process torch. All in one run, so the ratios hold on a noisy machine.
+Writes a results table (Markdown, CSV) and plots.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ _UNCOMPRESSED = {"tensor1m"}
 
 
 def _inputs(model: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    arrays = {}
+    arrays: dict[str, np.ndarray] = {}
     for name, (datatype, shape) in MODELS[model].items():
         if datatype == "INT32":
             arrays[name] = rng.integers(-100, 100, shape, dtype=np.int32)
@@ -113,7 +114,7 @@ def _in_process(model_file: Path, arrays: dict[str, np.ndarray], conc: int, warm
 def _in_process_torch(model_file: Path, arrays: dict[str, np.ndarray], conc: int, warmup: float, dur: float) -> Figures:
     import torch
 
-    module = torch.jit.load(str(model_file))
+    module = torch.jit.load(str(model_file))  # type: ignore[no-untyped-call]
     tensors = {name: torch.from_numpy(array) for name, array in arrays.items()}
 
     def call() -> object:
@@ -289,14 +290,14 @@ def main() -> None:
                 conc, w, d = args.batching_concurrency, args.warmup, args.duration
                 # Off and on alternate, so a machine whose load drifts moves both cells of
                 # a pair alike; the pair with the median ratio is the one reported.
-                pairs = []
-                for _ in range(args.batching_rounds):
+                pairs: list[tuple[float, Figures, Figures]] = []
+                for _ in range(max(args.batching_rounds, 1)):
                     off = asyncio.run(_grpc(fields["grpc"], "mlp_nobatch", arrays, conc, w, d))
                     on = asyncio.run(_grpc(fields["grpc"], "mlp", arrays, conc, w, d))
-                    pairs.append((off, on))
-                pairs.sort(key=lambda pair: pair[1].throughput / pair[0].throughput)
-                off, on = pairs[len(pairs) // 2]
-                batching_ratios = [on.throughput / off.throughput for off, on in pairs]
+                    pairs.append((on.throughput / off.throughput, off, on))
+                pairs.sort(key=lambda pair: pair[0])
+                batching_ratios = [ratio for ratio, _, _ in pairs]
+                _, off, on = pairs[len(pairs) // 2]
                 cells = [("turnout gRPC, batching off", off), ("turnout gRPC, batching on", on)]
                 rows += [("mlp", conc, path, figures) for path, figures in cells]
                 _print(rows[-len(cells) :])

@@ -105,7 +105,7 @@ async def _cell(protocol: str, url: str, concurrency: int, requests: int, pids: 
     if protocol == "gRPC":
         import tritonclient.grpc.aio as client_module
     else:
-        import tritonclient.http.aio as client_module  # type: ignore[no-redef]
+        import tritonclient.http.aio as client_module
     options = {} if protocol == "gRPC" else {"conn_limit": max(concurrency, 1)}
     client = client_module.InferenceServerClient(url, **options)
     inputs = []
@@ -118,7 +118,8 @@ async def _cell(protocol: str, url: str, concurrency: int, requests: int, pids: 
         inputs.append(tensor)
 
     def call() -> Awaitable[object]:
-        return client.infer("simple", inputs)
+        answer: Awaitable[object] = client.infer("simple", inputs)
+        return answer
 
     try:
         await _exactly(call, max(200, 20 * concurrency), concurrency)  # warm: connections, caches, the run window

@@ -26,7 +26,8 @@ def _response(model: str) -> bytes:
     for name, datatype, shape, raw in outputs:
         response.outputs.add(name=name, datatype=datatype, shape=shape)
         response.raw_output_contents.append(raw)
-    return response.SerializeToString()
+    serialized: bytes = response.SerializeToString()
+    return serialized
 
 
 async def serve(model: str) -> None:

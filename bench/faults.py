@@ -193,6 +193,43 @@ def scenarios(process: subprocess.Popen[str]) -> dict[str, Callable[[], Awaitabl
     return {"sidecar SIGKILL (restarted)": kill, "sidecar SIGSTOP 2 s": freeze, "baseline": none}
 
 
+def _fleet_rows(
+    consul: Path, repository: Path, folder: Path, args: argparse.Namespace
+) -> list[tuple[str, Tally, float | None]]:
+    """The rows that need Consul: each fleet fault on a fresh two-replica fleet, a replica
+    failing one model, Consul under ACLs, two gateways with sequences under a replica's kill."""
+    rows: list[tuple[str, Tally, float | None]] = []
+    for index in range(4):
+        # A fresh fleet per row, so each fault starts from two healthy replicas.
+        with fleet(consul, repository) as running:
+            name, (model, fault) = list(running.faults().items())[index]
+            tally, since = asyncio.run(drive(running.address, model, args.concurrency, args.seconds, fault))
+            rows.append((name, tally, tally.recovery(since)))
+    # The second replica's copy of `simple` is not a model: its load fails there.
+    broken = folder / "broken"
+    shutil.copytree(repository, broken)
+    (broken / "simple" / "1" / "model.onnx").write_bytes(b"not an onnx model")
+    with fleet(consul, repository, broken) as running:
+
+        async def steady() -> float | None:
+            return None
+
+        tally, _ = asyncio.run(drive(running.address, "simple", args.concurrency, args.seconds, steady))
+        rows.append(("fleet: a replica failing one model", tally, None))
+    # Consul in production form: default-deny ACLs, least-privilege tokens.
+    acl_dir = folder / "consul-acl"
+    acl_dir.mkdir()
+    with fleet(consul, repository, acl_dir=acl_dir) as running:
+        model, fault = running.faults()["fleet: consul stopped 2 s, restarted"]
+        tally, since = asyncio.run(drive(running.address, model, args.concurrency, args.seconds, fault))
+        rows.append(("fleet: consul under ACLs stopped 2 s, restarted", tally, tally.recovery(since)))
+    write_sequence(repository, SEQUENCE_MODEL, ("READY",), state=True, strategy=LONG_IDLE, instances=2)
+    with sequence_fleet(consul, repository) as sequences:
+        tally, since = asyncio.run(drive_sequences(sequences.addresses, args.concurrency, args.seconds, sequences.kill))
+        rows.append(("two gateways with sequences under a replica's kill", tally, tally.recovery(since)))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=6.0, help="load per scenario")
@@ -222,37 +259,8 @@ def main() -> None:
         consul = consul_binary()
         if consul is None:
             print("no consul binary (scripts/install-consul): the fleet rows are skipped", file=sys.stderr)
-        for index in range(4 if consul else 0):
-            # A fresh fleet per row, so each fault starts from two healthy replicas.
-            with fleet(consul, repository) as running:
-                name, (model, fault) = list(running.faults().items())[index]
-                tally, since = asyncio.run(drive(running.address, model, args.concurrency, args.seconds, fault))
-                rows.append((name, tally, tally.recovery(since)))
-        if consul:
-            # The second replica's copy of `simple` is not a model: its load fails there.
-            broken = Path(folder) / "broken"
-            shutil.copytree(repository, broken)
-            (broken / "simple" / "1" / "model.onnx").write_bytes(b"not an onnx model")
-            with fleet(consul, repository, broken) as running:
-
-                async def steady() -> float | None:
-                    return None
-
-                tally, _ = asyncio.run(drive(running.address, "simple", args.concurrency, args.seconds, steady))
-                rows.append(("fleet: a replica failing one model", tally, None))
-            # Consul in production form: default-deny ACLs, least-privilege tokens.
-            acl_dir = Path(folder) / "consul-acl"
-            acl_dir.mkdir()
-            with fleet(consul, repository, acl_dir=acl_dir) as running:
-                model, fault = running.faults()["fleet: consul stopped 2 s, restarted"]
-                tally, since = asyncio.run(drive(running.address, model, args.concurrency, args.seconds, fault))
-                rows.append(("fleet: consul under ACLs stopped 2 s, restarted", tally, tally.recovery(since)))
-            write_sequence(repository, SEQUENCE_MODEL, ("READY",), state=True, strategy=LONG_IDLE, instances=2)
-            with sequence_fleet(consul, repository) as running:
-                tally, since = asyncio.run(
-                    drive_sequences(running.addresses, args.concurrency, args.seconds, running.kill)
-                )
-                rows.append(("two gateways with sequences under a replica's kill", tally, tally.recovery(since)))
+        else:
+            rows += _fleet_rows(consul, repository, Path(folder), args)
 
     width = max(len(name) for name, _, _ in rows)
     print(f"{'scenario':<{width}} {'sent':>7} {'succeeded':>9} {'rejected':>8} {'lost':>5} {'recovery s':>10}")

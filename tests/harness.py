@@ -308,5 +308,5 @@ MODELS = {
 
 def onnx_identity_bytes(tmp: Path, datatype: str = "FP32") -> bytes:
     """The bytes of a fresh ONNX identity model, for uploads through the load API."""
-    model_dir = make_models().write_identity(tmp, name="upload_source", datatype=datatype, with_config=False)
+    model_dir: Path = make_models().write_identity(tmp, name="upload_source", datatype=datatype, with_config=False)
     return (model_dir / "1" / "model.onnx").read_bytes()
