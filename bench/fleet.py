@@ -21,7 +21,7 @@ from pathlib import Path
 import tritonclient.grpc.aio as grpcaio
 
 from scripts.make_models import linear_override
-from tests.fleet.fleet_harness import Consul, gateway, metric, sidecar, wait_until
+from tests.fleet.fleet_harness import Consul, Process, gateway, metric, sidecar, wait_until
 
 SERVICE, KV_PREFIX = "bench-fleet", "bench-fleet/policies/"
 SEQUENCE_SERVICE = "bench-sequences"
@@ -51,15 +51,23 @@ class Fleet:
         master = str(uuid.uuid4()) if acl_dir is not None else ""
         self.consul = Consul(consul_path, config_dir=acl_dir, acl_master=master)
         self.tokens = {"sidecar": str(uuid.uuid4()), "gateway": str(uuid.uuid4())} if master else {}
+        self.replicas: list[Process] = []
+        self.gateway: Process | None = None
+        try:  # a fleet that fails to start stops what it started
+            self._start(repository, second or repository)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, repository: Path, second: Path) -> None:
         self.restore_tokens()
         self.set_weights(0)
         flags = [f"--consul-service={SERVICE}", "--model-control-mode=explicit"]
         loads = ["--load-model=simple", "--exit-on-error=false"]
-        as_sidecar = [f"--consul-token={self.tokens['sidecar']}"] if master else []
-        as_gateway = [f"--consul-token={self.tokens['gateway']}"] if master else []
-        self.replicas = [
-            sidecar(self.consul.http, r, *flags, *loads, *as_sidecar) for r in (repository, second or repository)
-        ]
+        as_sidecar = [f"--consul-token={self.tokens['sidecar']}"] if self.tokens else []
+        as_gateway = [f"--consul-token={self.tokens['gateway']}"] if self.tokens else []
+        for replica in (repository, second):
+            self.replicas.append(sidecar(self.consul.http, replica, *flags, *loads, *as_sidecar))
         self.gateway = gateway(self.consul.http, *flags, f"--routing-kv-prefix={KV_PREFIX}", *as_gateway)
         self.address = self.gateway.fields["grpc"]
         wait_until(lambda: len(self.consul.passing(SERVICE)) == 2, 30, "two passing replicas")
@@ -81,7 +89,8 @@ class Fleet:
 
     def close(self) -> None:
         for child in (self.gateway, *self.replicas):
-            child.stop()
+            if child is not None:
+                child.stop()
         self.consul.close()
 
     def faults(self) -> dict[str, tuple[str, Fault]]:
@@ -131,11 +140,20 @@ class SequenceFleet:
 
     def __init__(self, consul_path: Path, repository: Path) -> None:
         self.consul = Consul(consul_path)
+        self.replicas: list[Process] = []
+        self.gateways: list[Process] = []
+        try:  # a fleet that fails to start stops what it started
+            self._start(repository)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, repository: Path) -> None:
         flags = [f"--consul-service={SEQUENCE_SERVICE}", "--model-control-mode=explicit"]
-        self.replicas = [
-            sidecar(self.consul.http, repository, *flags, f"--load-model={SEQUENCE_MODEL}") for _ in range(2)
-        ]
-        self.gateways = [gateway(self.consul.http, *flags) for _ in range(2)]
+        for _ in range(2):
+            self.replicas.append(sidecar(self.consul.http, repository, *flags, f"--load-model={SEQUENCE_MODEL}"))
+        for _ in range(2):
+            self.gateways.append(gateway(self.consul.http, *flags))
         self.addresses = [front.fields["grpc"] for front in self.gateways]
         wait_until(lambda: len(self.consul.passing(SEQUENCE_SERVICE)) == 2, 30, "two passing replicas")
         for front in self.gateways:

@@ -192,9 +192,17 @@ class Consul:
         self.start()
 
     def start(self) -> None:
-        """Start the agent (again, after `close`, on the same ports); a dev agent starts empty."""
+        """Start the agent (again, after `close`, on the same ports); a dev agent starts empty.
+        Returns once it has a leader and, with ACLs, once its ACL system answers: the leader
+        sets ACLs up a moment after its election, and ACL calls fail until then."""
         self.agent = spawn(self.command, None)
-        wait_until(self._has_leader, START_TIMEOUT_S, f"a consul leader; output:\n{self.agent.output()}", 0.1)
+        try:
+            wait_until(self._has_leader, START_TIMEOUT_S, f"a consul leader; output:\n{self.agent.output()}", 0.1)
+            if self.acl_master:
+                wait_until(self._acl_ready, START_TIMEOUT_S, f"consul's ACLs; output:\n{self.agent.output()}", 0.1)
+        except BaseException:
+            self.agent.kill()
+            raise
 
     def _has_leader(self) -> bool:
         if self.agent.process.poll() is not None:
@@ -203,6 +211,13 @@ class Consul:
             return bool(self.get("/v1/status/leader"))
         except OSError:
             return False
+
+    def _acl_ready(self) -> bool:
+        try:
+            self.get("/v1/acl/token/self")  # the master token, once the leader has set it up
+        except OSError:  # urllib's HTTPError included
+            return False
+        return True
 
     def _request(self, path: str, method: str = "GET", body: bytes | None = None) -> urllib.request.Request:
         headers = {"X-Consul-Token": self.acl_master} if self.acl_master else {}
