@@ -53,15 +53,16 @@ async def wait_until_async(
         await asyncio.sleep(interval)
 
 
-def wait_until(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll `check` until it returns something truthy; the other process gives no event to wait on."""
+def wait_until(check: Callable[[], Any], timeout: float, what: str | Callable[[], str], interval: float = 0.05) -> Any:
+    """Poll `check` until it returns something truthy; the other process gives no event to wait on.
+    `what` names what was awaited; a callable is asked only on a timeout (a process's output then)."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what() if callable(what) else what}")
         time.sleep(interval)
 
 
@@ -197,9 +198,13 @@ class Consul:
         sets ACLs up a moment after its election, and ACL calls fail until then."""
         self.agent = spawn(self.command, None)
         try:
-            wait_until(self._has_leader, START_TIMEOUT_S, f"a consul leader; output:\n{self.agent.output()}", 0.1)
+            wait_until(
+                self._has_leader, START_TIMEOUT_S, lambda: f"a consul leader; output:\n{self.agent.output()}", 0.1
+            )
             if self.acl_master:
-                wait_until(self._acl_ready, START_TIMEOUT_S, f"consul's ACLs; output:\n{self.agent.output()}", 0.1)
+                wait_until(
+                    self._acl_ready, START_TIMEOUT_S, lambda: f"consul's ACLs; output:\n{self.agent.output()}", 0.1
+                )
         except BaseException:
             self.agent.kill()
             raise
