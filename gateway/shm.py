@@ -8,6 +8,7 @@ Everything here runs on the event loop thread, so no lock guards the table.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
@@ -37,13 +38,56 @@ def uses_shared_memory(request: pb.ModelInferRequest) -> bool:
     return any(SHM_REGION in tensor.parameters for tensor in request.outputs)
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64)
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class Mapping:
+    """A shared-memory file mapped read-write, holding no file descriptor: as Triton, which
+    closes the region's descriptor once it is mapped. (Python's mmap keeps a duplicate of
+    it until closed, so every region a client leaves registered would hold one, and enough
+    of them would leave the gateway no descriptor to accept a connection with.)"""
+
+    def __init__(self, fd: int, length: int) -> None:
+        address = _libc.mmap(None, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+        if address is None or address == _MAP_FAILED:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+        self._address: int | None = address
+        self._length = length
+
+    def read(self, start: int, size: int) -> bytes:
+        return ctypes.string_at(self._at(start, size), size)
+
+    def write(self, start: int, data: bytes) -> None:
+        target = (ctypes.c_char * len(data)).from_address(self._at(start, len(data)))
+        memoryview(target).cast("B")[:] = data
+
+    def close(self) -> None:
+        if self._address is not None:
+            _libc.munmap(self._address, self._length)
+            self._address = None
+
+    def _at(self, start: int, size: int) -> int:
+        """The address of `size` bytes at `start`; never one outside the mapping."""
+        if self._address is None:
+            raise ValueError("the shared memory region is unmapped")
+        if start < 0 or size < 0 or start + size > self._length:
+            raise ValueError(f"{size} bytes at {start} lie outside a {self._length}-byte mapping")
+        return self._address + start
+
+
 @dataclass
 class Region:
     name: str
     key: str
     offset: int
     byte_size: int
-    memory: mmap.mmap  # maps the file from 0 to offset + byte_size (mmap offsets must be page aligned)
+    memory: Mapping  # the file from 0 to offset + byte_size (mmap offsets must be page aligned)
 
 
 class SharedMemory:
@@ -92,7 +136,7 @@ class SharedMemory:
                     f"{os.strerror(errno.EINVAL)}"
                 )
             try:
-                memory = mmap.mmap(fd, offset + byte_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                memory = Mapping(fd, offset + byte_size)
             except OSError as exc:
                 raise invalid_arg(
                     f"failed to register shared memory region '{name}': unable to process address space{exc.strerror}"
@@ -153,8 +197,7 @@ class SharedMemory:
     def read(self, name: str, offset: int, byte_size: int) -> bytes:
         """A copy of `byte_size` bytes at `offset` within region `name`."""
         region = self.locate(name, offset, byte_size)
-        start = region.offset + offset
-        return region.memory[start : start + byte_size]
+        return region.memory.read(region.offset + offset, byte_size)
 
     def write(self, output: str, name: str, offset: int, byte_size: int, data: bytes) -> None:
         """Copy an output's bytes into its region, which must be large enough."""
@@ -164,8 +207,7 @@ class SharedMemory:
                 f"should be at least {len(data)} bytes to hold the results"
             )
         region = self.locate(name, offset, byte_size)
-        start = region.offset + offset
-        region.memory[start : start + len(data)] = data
+        region.memory.write(region.offset + offset, data)
 
     # --- an inference's tensors ----------------------------------------------------
 

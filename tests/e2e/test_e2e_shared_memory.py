@@ -221,6 +221,36 @@ def test_http_looks_each_region_up_as_it_reads_the_tensor(shm_server: Server, re
     assert_http_serves(shm_server.http)
 
 
+def _open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors through /proc")
+def test_registered_regions_hold_no_file_descriptors(shm_server: Server, regions: Regions) -> None:
+    # As Triton, which closes a region's descriptor once it is mapped: regions a client
+    # leaves registered must not use up the descriptors the gateway accepts connections with.
+    a, b = simple_arrays(seed=13)
+    shm.set_shared_memory_region(regions.input, [a, b])
+    names = [f"fd_{n}" for n in range(300)]
+    with grpcclient.InferenceServerClient(shm_server.grpc) as client:
+        client.unregister_system_shared_memory()
+        before = _open_descriptors(shm_server.process.pid)
+        try:
+            for name in names:
+                client.register_system_shared_memory(name, regions.input_key, 2 * TENSOR_BYTES)
+            client.register_system_shared_memory("fd_out", regions.output_key, 2 * TENSOR_BYTES)
+            assert _open_descriptors(shm_server.process.pid) - before < 20
+            inputs, outputs = _shm_request(grpcclient, a, b, (names[-1], "fd_out"))
+            client.infer("simple", inputs, outputs=outputs)
+            sums = shm.get_contents_as_numpy(regions.output, np.int32, [1, 16])
+            differences = shm.get_contents_as_numpy(regions.output, np.int32, [1, 16], offset=TENSOR_BYTES)
+            np.testing.assert_array_equal(sums, a + b)
+            np.testing.assert_array_equal(differences, a - b)
+        finally:
+            client.unregister_system_shared_memory()
+    assert_grpc_serves(shm_server.grpc)
+
+
 def test_cuda_shared_memory_answers_cleanly(shm_server: Server) -> None:
     with httpclient.InferenceServerClient(shm_server.http) as client:
         assert client.get_cuda_shared_memory_status() == []

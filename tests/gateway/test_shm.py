@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.shm import DISABLED, SHM_ROOT, SharedMemory
+from gateway.shm import DISABLED, SHM_ROOT, Mapping, SharedMemory
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pbg
 from protos.status import Status, TurnoutError
@@ -65,6 +65,26 @@ def test_register_status_unregister(shm_file) -> None:
         memory.read("r", 64, 100)
     memory.unregister("")
     assert len(memory.status("").regions) == 0
+
+
+def test_mapping_shares_the_file_and_stays_in_bounds(shm_file) -> None:
+    _, path = shm_file
+    with open(path, "r+b") as file:
+        mapping = Mapping(file.fileno(), 256)
+    path.write_bytes(bytes(range(256)))  # the file, written after its descriptor closed
+    assert mapping.read(250, 6) == bytes(range(250, 256))
+    mapping.write(0, b"\xff\x00turnout")
+    mapping.write(9, b"")
+    assert path.read_bytes()[:9] == b"\xff\x00turnout"
+    for start, size in ((250, 7), (-1, 1), (0, -1)):
+        with pytest.raises(ValueError):
+            mapping.read(start, size)
+    with pytest.raises(ValueError):
+        mapping.write(255, b"ab")
+    mapping.close()
+    mapping.close()  # once is enough; again is no error
+    with pytest.raises(ValueError, match="unmapped"):
+        mapping.read(0, 1)
 
 
 def test_registrations_triton_cannot_map_are_refused(shm_file) -> None:
