@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -209,11 +209,24 @@ def _sent(trace: Trace) -> None:
     trace.finish()
 
 
-class InferenceService:
-    """The v2 methods, each a translation to one Gateway call."""
+class _Final(NamedTuple):
+    """A stream request's last response (or its in-band error), and its trace if sampled."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    payload: bytes
+    trace: Trace | None = None
+
+
+# Requests of one ModelStreamInfer call read and not yet answered, unless set otherwise.
+STREAM_WINDOW = 1024
+
+
+class InferenceService:
+    """The v2 methods, each a translation to one Gateway call. `stream_window`: at most so
+    many requests of one stream are read and not yet answered (0: no limit)."""
+
+    def __init__(self, gateway: Gateway, stream_window: int = STREAM_WINDOW) -> None:
         self._gateway = gateway
+        self._stream_window = stream_window
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=await self._gateway.server_live())
@@ -251,40 +264,28 @@ class InferenceService:
     async def ModelStreamInfer(self, requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
         # Each request runs concurrently; its response (or in-band error) is queued as
         # it completes. The stream ends once the client is done and all have answered.
-        responses: asyncio.Queue[bytes | tuple[bytes, Trace] | None] = asyncio.Queue()
+        # At most `stream_window` requests are read and not yet answered: past that, the
+        # stream is read no further until an answer leaves, so a client that sends and
+        # never reads is held back by gRPC's flow control, not by the gateway's memory.
+        responses: asyncio.Queue[bytes | _Final | None] = asyncio.Queue()
+        window = asyncio.Semaphore(self._stream_window) if self._stream_window else None
         call_context = _request_context(context)
         with_status = _asks_causes(context)
 
         async def one(encoded: bytes) -> None:
-            request_id = ""
-            called = ("", "")  # the model and version as the client named them
+            final = None
             try:
-                request = _parse_infer(encoded)
-                request_id = request.id
-                called = (request.model_name, request.model_version)
-                trace = self._gateway.tracer.sample(request.model_name, call_context.headers)
-                if trace is not None:
-                    await self._traced_stream_one(request, encoded, replace(call_context, trace=trace), responses)
-                    return
-                # A decoupled model's earlier responses join the stream as they come.
-                parts = partial(stream_part, request_id=request_id, model=called)
-                own = replace(call_context, responses=lambda part: responses.put_nowait(parts(part)))
-                answer = await self._gateway.infer(request, encoded, own)
-                if answer or _wants_empty_final(request):
-                    answer = answer or _empty_response(request)
-                    responses.put_nowait(stream_response(answer))
-            except TurnoutError as exc:
-                if exc.cause is Cause.RESPONSE:  # the model's error response, not a refusal
-                    responses.put_nowait(stream_error(exc.message, request_id, called, final=True))
-                else:
-                    status = exc.status if with_status else None
-                    responses.put_nowait(stream_error(exc.message, request_id, status=status))
-            except Exception as exc:
-                logger.exception("stream request failed")
-                responses.put_nowait(stream_error(str(exc) or type(exc).__name__, request_id))
+                final = await self._stream_one(encoded, call_context, with_status, responses.put_nowait)
+            finally:
+                if final is not None:
+                    responses.put_nowait(final)
+                elif window is not None:
+                    window.release()
 
         async def read_all(group: asyncio.TaskGroup) -> None:
             async for encoded in requests:
+                if window is not None:
+                    await window.acquire()
                 group.create_task(one(encoded))
 
         async def run() -> None:
@@ -299,41 +300,71 @@ class InferenceService:
         reader = asyncio.ensure_future(run())
         try:
             while (response := await responses.get()) is not None:
-                if isinstance(response, bytes):
+                if isinstance(response, bytes):  # a decoupled model's response, more to follow
                     yield response
                     continue
-                answer, trace = response
-                trace.stamp(GRPC_SEND_START)
-                yield answer  # grpc resumes the generator once the response is written
-                _sent(trace)
+                trace = response.trace
+                if trace is not None:
+                    trace.stamp(GRPC_SEND_START)
+                yield response.payload  # grpc resumes the generator once the response is written
+                if trace is not None:
+                    _sent(trace)
+                if window is not None:
+                    window.release()
             await reader
         finally:
             reader.cancel()
 
-    async def _traced_stream_one(
+    async def _stream_one(
         self,
-        request: pb.ModelInferRequest,
         encoded: bytes,
-        context: RequestContext,
-        responses: asyncio.Queue[bytes | tuple[bytes, Trace] | None],
-    ) -> None:
-        """One traced request of a stream; its response is queued with its trace."""
-        trace = context.trace
-        assert trace is not None
-        trace.stamp(GRPC_WAITREAD_START)
-        trace.stamp(GRPC_WAITREAD_END)
-        parts = partial(stream_part, request_id=request.id, model=(request.model_name, request.model_version))
-        own = replace(context, responses=lambda part: responses.put_nowait(parts(part)))
+        call_context: RequestContext,
+        with_status: bool,
+        send_part: Callable[[bytes], None],
+    ) -> _Final | None:
+        """One request of a stream: its final response or in-band error, None when a
+        decoupled model ends it without one; earlier responses go to `send_part`."""
+        request_id = ""
+        called = ("", "")  # the model and version as the client named them
+        trace = None
         try:
+            request = _parse_infer(encoded)
+            request_id = request.id
+            called = (request.model_name, request.model_version)
+            trace = self._gateway.tracer.sample(request.model_name, call_context.headers)
+            context = call_context
+            if trace is not None:
+                # As for ModelInfer, the read has already happened: both stamps mark it.
+                trace.stamp(GRPC_WAITREAD_START)
+                trace.stamp(GRPC_WAITREAD_END)
+                context = replace(call_context, trace=trace)
+            # A decoupled model's earlier responses join the stream as they come.
+            parts = partial(stream_part, request_id=request_id, model=called)
+            own = replace(context, responses=lambda part: send_part(parts(part)))
             answer = await self._gateway.infer(request, encoded, own)
-        except BaseException:
-            trace.finish()
+            if trace is not None:
+                trace.stamp(INFER_RESPONSE_COMPLETE)
+            if answer or _wants_empty_final(request):
+                return _Final(stream_response(answer or _empty_response(request)), trace)
+            if trace is not None:
+                trace.finish()
+            return None
+        except TurnoutError as exc:
+            if trace is not None:
+                trace.finish()
+            if exc.cause is Cause.RESPONSE:  # the model's error response, not a refusal
+                return _Final(stream_error(exc.message, request_id, called, final=True))
+            status = exc.status if with_status else None
+            return _Final(stream_error(exc.message, request_id, status=status))
+        except Exception as exc:
+            if trace is not None:
+                trace.finish()
+            logger.exception("stream request failed")
+            return _Final(stream_error(str(exc) or type(exc).__name__, request_id))
+        except BaseException:  # cancelled with its stream
+            if trace is not None:
+                trace.finish()
             raise
-        trace.stamp(INFER_RESPONSE_COMPLETE)
-        if answer or _wants_empty_final(request):
-            responses.put_nowait((stream_response(answer or _empty_response(request)), trace))
-        else:
-            trace.finish()
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
         return await self._gateway.model_config(request)
@@ -404,11 +435,11 @@ RAW_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
 
 
 def method_handlers(
-    gateway: Gateway, restrictions: Mapping[str, Restriction] | None = None
+    gateway: Gateway, restrictions: Mapping[str, Restriction] | None = None, stream_window: int = STREAM_WINDOW
 ) -> dict[str, grpc.RpcMethodHandler]:
     """One guarded handler per method of protos.rpc.METHODS, keyed by method name;
     `restrictions` maps API groups to the metadata they require."""
-    service = InferenceService(gateway)
+    service = InferenceService(gateway, stream_window)
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in METHODS:
         function = getattr(service, method.name)
@@ -476,13 +507,17 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
 
 
 def build_grpc_server(
-    gateway: Gateway, restrictions: Mapping[str, Restriction] | None = None, shared: bool = False
+    gateway: Gateway,
+    restrictions: Mapping[str, Restriction] | None = None,
+    shared: bool = False,
+    stream_window: int = STREAM_WINDOW,
 ) -> grpc.aio.Server:
     """A grpc.aio server with both services added; the caller binds ports and starts it.
-    `shared`: the port is shared with the gateway's other workers (gateway.workers)."""
+    `shared`: the port is shared with the gateway's other workers (gateway.workers);
+    `stream_window`: InferenceService's."""
     # so_reuseport off unless shared: a second gateway on the same fixed port must fail, not share it.
     server = grpc.aio.server(options=[*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 1 if shared else 0)])
-    handlers = method_handlers(gateway, restrictions)
+    handlers = method_handlers(gateway, restrictions, stream_window)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     health = HealthService(gateway, restriction=(restrictions or {}).get("health"))
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

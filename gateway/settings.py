@@ -69,6 +69,8 @@ class GatewaySettings:
     http_restricted_api: tuple[str, ...] = ()
     # Requests in flight per sidecar replica beyond which the gateway refuses at once; 0 = no limit.
     sidecar_max_inflight: int = 1024
+    # Requests of one gRPC stream read and not yet answered, beyond which the stream waits; 0 = no limit.
+    grpc_stream_max_inflight: int = 1024
     # TLS. gRPC as Triton's --grpc-use-ssl* (PEM file paths); HTTPS, which Triton lacks, through uvicorn.
     grpc_use_ssl: bool = False
     grpc_use_ssl_mutual: bool = False  # also require a client certificate signed by grpc_root_cert

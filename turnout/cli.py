@@ -148,6 +148,14 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
             help="Requests in flight per sidecar beyond which new ones get UNAVAILABLE at once (0: no limit).",
         ),
         click.option(
+            "--grpc-stream-max-inflight",
+            type=click.IntRange(min=0),
+            default=1024,
+            show_default=True,
+            help="Requests of one gRPC stream read and not yet answered; beyond them the gateway reads no more "
+            "of that stream until an answer leaves, so its client waits (0: no limit).",
+        ),
+        click.option(
             "--http-restricted-api",
             multiple=True,
             callback=_check_restrictions,

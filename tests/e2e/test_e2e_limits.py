@@ -9,6 +9,7 @@ The gateway runs in the `turnout up` process itself (its sidecars are its childr
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import struct
@@ -18,12 +19,15 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from protos import grpc_service_pb2 as pb
+from protos import grpc_service_pb2_grpc as pbg
 from tests.e2e.simple_requests import assert_http_serves, check_simple, http_inputs, simple_arrays
 from tests.harness import Server, turnout_up, write_repository
 
@@ -380,3 +384,51 @@ def test_grpc_takes_messages_past_grpcs_default_4_mib(server: Server) -> None:
     with grpcclient.InferenceServerClient(server.grpc) as client:
         result = client.infer("identity_fp32", [tensor])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+
+
+STREAM_WINDOW = 8
+
+
+@pytest.fixture(scope="module")
+def windowed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    repo = write_repository(tmp_path_factory.mktemp("repo_window"), ("identity_fp32",))
+    with turnout_up(repo, f"--grpc-stream-max-inflight={STREAM_WINDOW}") as up:
+        yield up
+
+
+def _inference_count(server: Server) -> int:
+    stats = httpx.get(f"http://{server.http}/v2/models/identity_fp32/stats", timeout=30).json()
+    count: int = stats["model_stats"][0]["inference_count"]
+    return count
+
+
+def test_a_stream_whose_answers_go_unread_is_held_back(windowed_server: Server) -> None:
+    # A client that sends on a stream and never reads: the gateway reads no more than its
+    # window of requests ahead of the answers that left, so gRPC's flow control holds the
+    # client back, instead of the gateway queueing answers without end. Once the client
+    # reads, every request is answered.
+    total, rows = 400, 1 << 16  # 256 KiB answers: the connection's windows hold only a few
+    sent = 0
+    request = pb.ModelInferRequest(model_name="identity_fp32")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, rows])
+    request.raw_input_contents.append(np.ones(rows, np.float32).tobytes())
+
+    def requests() -> Iterator[pb.ModelInferRequest]:
+        nonlocal sent
+        for n in range(total):
+            request.id = str(n)
+            sent += 1
+            yield request
+
+    options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+    before = _inference_count(windowed_server)
+    with grpc.insecure_channel(windowed_server.grpc, options=options) as channel:
+        answers = pbg.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests())
+        time.sleep(3)  # unbounded, all 400 would be answered (and held) well within this
+        held = _inference_count(windowed_server) - before
+        assert held < total // 4, (held, sent)
+        time.sleep(1)
+        assert _inference_count(windowed_server) - before == held  # held back, not slow
+        ids = [answer.infer_response.id for answer in itertools.islice(answers, total)]
+    assert sorted(ids, key=int) == [str(n) for n in range(total)]
+    assert _inference_count(windowed_server) - before == total
