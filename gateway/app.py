@@ -345,9 +345,9 @@ async def serve(
         if settings.allow_grpc:
             grpc_server = build_grpc_server(
                 gateway,
+                settings,
                 parse_restrictions(settings.grpc_restricted_protocol, grpc=True),
                 shared=worker is not None,
-                stream_window=settings.grpc_stream_max_inflight,
             )
             grpc_address = join_host_port(settings.host, settings.grpc_port)
             try:

@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gateway.context import NO_CONTEXT, RequestContext
 from gateway.core import Gateway
 from gateway.restrictions import GRPC_METHOD_GROUPS, Restriction, grpc_refusal
+from gateway.settings import GatewaySettings
 from gateway.tracing.trace import (
     GRPC_SEND_END,
     GRPC_SEND_START,
@@ -435,11 +436,11 @@ RAW_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
 
 
 def method_handlers(
-    gateway: Gateway, restrictions: Mapping[str, Restriction] | None = None, stream_window: int = STREAM_WINDOW
+    gateway: Gateway, restrictions: Mapping[str, Restriction] | None = None, service: InferenceService | None = None
 ) -> dict[str, grpc.RpcMethodHandler]:
     """One guarded handler per method of protos.rpc.METHODS, keyed by method name;
     `restrictions` maps API groups to the metadata they require."""
-    service = InferenceService(gateway, stream_window)
+    service = service or InferenceService(gateway)
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for method in METHODS:
         function = getattr(service, method.name)
@@ -508,17 +509,41 @@ class HealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
 
 def build_grpc_server(
     gateway: Gateway,
+    settings: GatewaySettings,
     restrictions: Mapping[str, Restriction] | None = None,
     shared: bool = False,
-    stream_window: int = STREAM_WINDOW,
 ) -> grpc.aio.Server:
-    """A grpc.aio server with both services added; the caller binds ports and starts it.
-    `shared`: the port is shared with the gateway's other workers (gateway.workers);
-    `stream_window`: InferenceService's."""
+    """A grpc.aio server with both services added, its transport as `settings` say; the
+    caller binds ports and starts it. `shared`: the port is shared with the gateway's
+    other workers (gateway.workers)."""
     # so_reuseport off unless shared: a second gateway on the same fixed port must fail, not share it.
-    server = grpc.aio.server(options=[*MESSAGE_SIZE_OPTIONS, ("grpc.so_reuseport", 1 if shared else 0)])
-    handlers = method_handlers(gateway, restrictions, stream_window)
+    options = [*MESSAGE_SIZE_OPTIONS, *transport_options(settings), ("grpc.so_reuseport", 1 if shared else 0)]
+    # Triton compresses infer responses alone at that level; grpc.aio sets compression
+    # for the whole server (a call's own setting does not take), so every answer is
+    # compressed, with gzip, which every gRPC client accepts.
+    level = settings.grpc_infer_response_compression_level.lower()
+    server = grpc.aio.server(options=options, compression=None if level == "none" else grpc.Compression.Gzip)
+    service = InferenceService(gateway, settings.grpc_stream_max_inflight)
+    handlers = method_handlers(gateway, restrictions, service)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     health = HealthService(gateway, restriction=(restrictions or {}).get("health"))
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     return server
+
+
+def transport_options(settings: GatewaySettings) -> list[tuple[str, int]]:
+    """Triton's gRPC transport flags as the grpc server options they set (grpc_server.cc);
+    a connection age is set only when given."""
+    options = [
+        ("grpc.keepalive_time_ms", settings.grpc_keepalive_time),
+        ("grpc.keepalive_timeout_ms", settings.grpc_keepalive_timeout),
+        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
+        ("grpc.http2.min_ping_interval_without_data_ms", settings.grpc_http2_min_recv_ping_interval_without_data),
+        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+    ]
+    if settings.grpc_max_connection_age:
+        options.append(("grpc.max_connection_age_ms", settings.grpc_max_connection_age))
+    if settings.grpc_max_connection_age_grace:
+        options.append(("grpc.max_connection_age_grace_ms", settings.grpc_max_connection_age_grace))
+    return options

@@ -71,6 +71,17 @@ class GatewaySettings:
     sidecar_max_inflight: int = 1024
     # Requests of one gRPC stream read and not yet answered, beyond which the stream waits; 0 = no limit.
     grpc_stream_max_inflight: int = 1024
+    # The gRPC transport, as Triton's flags of the same names set it (milliseconds; a
+    # connection age of 0 is none), and the compression of infer responses.
+    grpc_keepalive_time: int = 7200000
+    grpc_keepalive_timeout: int = 20000
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = 2
+    grpc_http2_min_recv_ping_interval_without_data: int = 300000
+    grpc_http2_max_ping_strikes: int = 2
+    grpc_max_connection_age: int = 0
+    grpc_max_connection_age_grace: int = 0
+    grpc_infer_response_compression_level: str = "none"  # none, low, medium or high
     # TLS. gRPC as Triton's --grpc-use-ssl* (PEM file paths); HTTPS, which Triton lacks, through uvicorn.
     grpc_use_ssl: bool = False
     grpc_use_ssl_mutual: bool = False  # also require a client certificate signed by grpc_root_cert

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from gateway.settings import GatewaySettings, SidecarAddress
 from protos.flags import (
@@ -66,6 +67,38 @@ _DEPRECATED_TRACE_FLAGS = {
     "trace_count": "count",
     "trace_log_frequency": "triton,log-frequency",
 }
+
+
+# Triton's gRPC transport flags, each a grpc server option (milliseconds), with Triton's
+# defaults, which are grpc's own.
+_GRPC_TRANSPORT = {
+    "grpc-keepalive-time": (7200000, "Milliseconds between the keepalive pings the server sends."),
+    "grpc-keepalive-timeout": (20000, "Milliseconds a keepalive ping waits for its answer."),
+    "grpc-http2-max-pings-without-data": (2, "Pings sent while no data is (0: no limit)."),
+    "grpc-http2-min-recv-ping-interval-without-data": (
+        300000,
+        "Milliseconds a client must leave between pings while no data is, else each is a strike.",
+    ),
+    "grpc-http2-max-ping-strikes": (2, "Strikes before the server closes the connection (0: no limit)."),
+    "grpc-max-connection-age": (0, "Milliseconds a connection may last (0: no limit)."),
+    "grpc-max-connection-age-grace": (0, "Milliseconds a connection past its age may finish its calls (0: no limit)."),
+}
+
+
+def _grpc_transport_options() -> list[Callable[[Callable[..., Any]], Callable[..., Any]]]:
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+        click.option(f"--{name}", type=click.IntRange(min=0), default=default, show_default=True, help=text)
+        for name, (default, text) in _GRPC_TRANSPORT.items()
+    ]
+    options.append(
+        click.option(
+            "--grpc-keepalive-permit-without-calls",
+            default=False,
+            help="Let keepalive pings go while no call is in flight.",
+            **TRITON_BOOL,
+        )
+    )
+    return options
 
 
 def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -146,6 +179,14 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
             default=1024,
             show_default=True,
             help="Requests in flight per sidecar beyond which new ones get UNAVAILABLE at once (0: no limit).",
+        ),
+        *_grpc_transport_options(),
+        click.option(
+            "--grpc-infer-response-compression-level",
+            type=click.Choice(["none", "low", "medium", "high"], case_sensitive=False),
+            default="none",
+            show_default=True,
+            help="Compress infer responses (gzip, which every gRPC client accepts) unless none.",
         ),
         click.option(
             "--grpc-stream-max-inflight",
@@ -270,7 +311,45 @@ _TRITON_NO_OPS = {
     "id": "the server identity is fixed",
     "rate-limit": "instances run requests as their batchers hand them over",
     "rate-limit-resource": "instances run requests as their batchers hand them over",
+    "grpc-infer-thread-count": "the gRPC front end is asynchronous",
+    "grpc-infer-allocation-pool-size": "answers are not pooled",
+    "grpc-max-response-pool-size": "a decoupled model's responses to one request are not bounded, as in Triton by "
+    "default",
+    "buffer-manager-thread-count": "turnout has no buffer manager",
+    "cuda-virtual-address-size": "each framework manages its own GPU memory",
+    "enable-peer-access": "each framework manages its own GPU memory",
+    "host-policy": "each framework places its own threads and memory",
+    "min-supported-compute-capability": "each framework checks the GPUs it can use",
+    "model-load-gpu-limit": "each framework manages its own GPU memory",
+    "model-load-retry-count": "a model that fails to load is not retried",
+    "repoagent-directory": "turnout runs no repository agents",
+    "cache-config": "turnout keeps no response cache: every request runs its model",
+    "cache-directory": "turnout keeps no response cache: every request runs its model",
+    "response-cache-byte-size": "turnout keeps no response cache: every request runs its model",
+    "allow-cpu-metrics": "CPU metrics are always exported",
+    "metrics-config": "turnout's metric families are fixed",
+    "reuse-http-port": "each front end binds its port alone (--gateway-workers share them)",
+    "reuse-grpc-port": "each front end binds its port alone (--gateway-workers share them)",
+    "allow-sagemaker": "turnout serves no SageMaker endpoint",
+    "sagemaker-port": "turnout serves no SageMaker endpoint",
+    "sagemaker-safe-port-range": "turnout serves no SageMaker endpoint",
+    "sagemaker-thread-count": "turnout serves no SageMaker endpoint",
+    "allow-vertex-ai": "turnout serves no Vertex AI endpoint",
+    "vertex-ai-port": "turnout serves no Vertex AI endpoint",
+    "vertex-ai-thread-count": "turnout serves no Vertex AI endpoint",
+    "vertex-ai-default-model": "turnout serves no Vertex AI endpoint",
 }
+
+# Triton's launch flags whose meaning turnout cannot give: accepted only with the value
+# that asks for Triton's default behaviour, else the start is refused, saying why.
+_TRITON_REFUSED = {
+    "model-config-name": "each model's configuration is its config.pbtxt",
+    "model-namespacing": "a model name may appear in only one model repository",
+    "http-header-forward-pattern": "no request header reaches a model as a parameter",
+    "grpc-header-forward-pattern": "no request metadata reaches a model as a parameter",
+}
+_DEFAULT_VALUES = frozenset({"", "false", "0", "off", "no"})
+_FRONT_ADDRESSES = ("http-address", "grpc-address", "metrics-address")
 
 
 def _triton_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -289,6 +368,22 @@ def _triton_options(function: Callable[..., Any]) -> Callable[..., Any]:
             expose_value=True,
             help=f"Accepted from Triton's command line; no effect ({why}).",
         )(function)
+    for name, why in reversed(_TRITON_REFUSED.items()):
+        function = click.option(
+            f"--{name}",
+            name.replace("-", "_"),
+            multiple=True,
+            expose_value=True,
+            help=f"Accepted from Triton's command line with its default value only ({why}).",
+        )(function)
+    for name in reversed(_FRONT_ADDRESSES):
+        function = click.option(
+            f"--{name}",
+            name.replace("-", "_"),
+            default=None,
+            help="Triton's: the address that front end binds. turnout binds all of them to one: the ones "
+            "given must agree (Triton's metrics front follows --http-address), and they set --host.",
+        )(function)
     return function
 
 
@@ -296,6 +391,37 @@ def _warn_triton_no_ops(flags: dict[str, Any]) -> None:
     for name, why in _TRITON_NO_OPS.items():
         for value in flags.pop(name.replace("-", "_"), ()):
             click.echo(f"turnout: ignoring --{name}={value}: {why}", err=True)
+    for name, why in _TRITON_REFUSED.items():
+        for value in flags.pop(name.replace("-", "_"), ()):
+            if value.strip().lower() not in _DEFAULT_VALUES:
+                raise click.UsageError(f"turnout cannot honour --{name}={value}: {why}")
+    _front_addresses(flags)
+
+
+def _front_addresses(flags: dict[str, Any]) -> None:
+    """Triton's per-front addresses, each 0.0.0.0 unless given (the metrics front's, the
+    HTTP front's): turnout binds every front end to one address, so those of the enabled
+    fronts must agree, and become --host."""
+    given = {name: flags.pop(name.replace("-", "_")) for name in _FRONT_ADDRESSES}
+    if all(value is None for value in given.values()):
+        return
+    http = given["http-address"] or "0.0.0.0"
+    wanted = {
+        "--http-address": (flags["allow_http"], http),
+        "--grpc-address": (flags["allow_grpc"], given["grpc-address"] or "0.0.0.0"),
+        "--metrics-address": (flags["allow_metrics"], given["metrics-address"] or http),
+    }
+    bound = {flag: address for flag, (enabled, address) in wanted.items() if enabled}
+    if len(set(bound.values())) > 1:
+        named = ", ".join(f"{flag}={address}" for flag, address in bound.items())
+        raise click.UsageError(f"turnout binds every front end to one address; these differ: {named}")
+    if not bound:
+        return
+    address = next(iter(bound.values()))
+    host_given = click.get_current_context().get_parameter_source("host") is not ParameterSource.DEFAULT
+    if host_given and flags["host"] != address:
+        raise click.UsageError(f"--host={flags['host']} and the front end address {address} differ")
+    flags["host"] = address
 
 
 def _sidecar_tls_arguments(flags: dict[str, Any]) -> list[str]:

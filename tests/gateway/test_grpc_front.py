@@ -7,7 +7,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gateway.core import Gateway
-from gateway.grpc_front import SHUTTING_DOWN, build_grpc_server, method_handlers
+from gateway.grpc_front import SHUTTING_DOWN, build_grpc_server, method_handlers, transport_options
 from gateway.metrics import GatewayMetrics
 from gateway.registry import StaticRegistry
 from gateway.settings import GatewaySettings
@@ -41,7 +41,7 @@ def test_every_handler_is_guarded() -> None:
 @pytest.fixture
 async def draining_server():
     gateway = make_gateway()
-    server = build_grpc_server(gateway)
+    server = build_grpc_server(gateway, GatewaySettings())
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     gateway.start_draining()
@@ -69,3 +69,25 @@ async def test_every_rpc_answers_through_the_wrapper(draining_server, method) ->
             await call(b"")
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     assert info.value.details() == SHUTTING_DOWN
+
+
+def test_tritons_transport_flags_set_grpcs_options() -> None:
+    # Triton's defaults are grpc's own; a connection age is set only when given.
+    assert dict(transport_options(GatewaySettings())) == {
+        "grpc.keepalive_time_ms": 7200000,
+        "grpc.keepalive_timeout_ms": 20000,
+        "grpc.keepalive_permit_without_calls": 0,
+        "grpc.http2.max_pings_without_data": 2,
+        "grpc.http2.min_ping_interval_without_data_ms": 300000,
+        "grpc.http2.max_ping_strikes": 2,
+    }
+    settings = GatewaySettings(
+        grpc_keepalive_time=1000,
+        grpc_keepalive_permit_without_calls=True,
+        grpc_max_connection_age=5000,
+        grpc_max_connection_age_grace=100,
+    )
+    options = dict(transport_options(settings))
+    assert options["grpc.keepalive_time_ms"] == 1000
+    assert options["grpc.keepalive_permit_without_calls"] == 1
+    assert (options["grpc.max_connection_age_ms"], options["grpc.max_connection_age_grace_ms"]) == (5000, 100)

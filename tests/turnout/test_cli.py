@@ -96,12 +96,146 @@ TRITON_LAUNCH = (
     "--http-thread-count=8",
     "--id=triton",
     "--rate-limit=off",
+    "--grpc-infer-allocation-pool-size=8",
+    "--cache-config=local,size=1048576",
+    "--allow-sagemaker=false",
+    "--model-load-retry-count=2",
+    "--reuse-grpc-port=false",
 )
+# Flags turnout acts on, or takes with Triton's default value: no warning.
+TRITON_HONOURED = (
+    "--http-address=127.0.0.1",
+    "--grpc-address=127.0.0.1",
+    "--grpc-keepalive-time=7200000",
+    "--grpc-infer-response-compression-level=none",
+    "--model-namespacing=false",
+    "--model-config-name=",
+)
+# Every flag of current Triton's command line (command_line_parser.cc), `--help` aside.
+TRITON_FLAGS = (
+    "allow-client-shm",
+    "allow-cpu-metrics",
+    "allow-gpu-metrics",
+    "allow-grpc",
+    "allow-http",
+    "allow-metrics",
+    "allow-sagemaker",
+    "allow-vertex-ai",
+    "backend-config",
+    "backend-directory",
+    "buffer-manager-thread-count",
+    "cache-config",
+    "cache-directory",
+    "cuda-memory-pool-byte-size",
+    "cuda-virtual-address-size",
+    "disable-auto-complete-config",
+    "enable-peer-access",
+    "exit-on-error",
+    "exit-timeout-secs",
+    "grpc-address",
+    "grpc-header-forward-pattern",
+    "grpc-http2-max-ping-strikes",
+    "grpc-http2-max-pings-without-data",
+    "grpc-http2-min-recv-ping-interval-without-data",
+    "grpc-infer-allocation-pool-size",
+    "grpc-infer-response-compression-level",
+    "grpc-infer-thread-count",
+    "grpc-keepalive-permit-without-calls",
+    "grpc-keepalive-time",
+    "grpc-keepalive-timeout",
+    "grpc-max-connection-age",
+    "grpc-max-connection-age-grace",
+    "grpc-max-response-pool-size",
+    "grpc-port",
+    "grpc-restricted-protocol",
+    "grpc-root-cert",
+    "grpc-server-cert",
+    "grpc-server-key",
+    "grpc-use-ssl",
+    "grpc-use-ssl-mutual",
+    "host-policy",
+    "http-address",
+    "http-header-forward-pattern",
+    "http-max-input-size",
+    "http-port",
+    "http-restricted-api",
+    "http-thread-count",
+    "id",
+    "load-model",
+    "log-error",
+    "log-file",
+    "log-format",
+    "log-info",
+    "log-verbose",
+    "log-warning",
+    "metrics-address",
+    "metrics-config",
+    "metrics-interval-ms",
+    "metrics-port",
+    "min-supported-compute-capability",
+    "model-config-name",
+    "model-control-mode",
+    "model-load-gpu-limit",
+    "model-load-retry-count",
+    "model-load-thread-count",
+    "model-namespacing",
+    "model-repository",
+    "model-store",
+    "pinned-memory-pool-byte-size",
+    "rate-limit",
+    "rate-limit-resource",
+    "repoagent-directory",
+    "repository-poll-secs",
+    "response-cache-byte-size",
+    "reuse-grpc-port",
+    "reuse-http-port",
+    "sagemaker-port",
+    "sagemaker-safe-port-range",
+    "sagemaker-thread-count",
+    "strict-model-config",
+    "strict-readiness",
+    "trace-config",
+    "trace-count",
+    "trace-file",
+    "trace-level",
+    "trace-log-frequency",
+    "trace-rate",
+    "vertex-ai-default-model",
+    "vertex-ai-port",
+    "vertex-ai-thread-count",
+)
+
+
+def test_turnout_up_takes_every_flag_of_tritons_command_line() -> None:
+    done = turnout("up", "--help")
+    missing = [name for name in TRITON_FLAGS if f"--{name}" not in done.stdout]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--model-config-name=h100"], "cannot honour --model-config-name=h100: each model's configuration"),
+        (["--model-namespacing=true"], "cannot honour --model-namespacing=true"),
+        (["--http-header-forward-pattern=x-.*"], "cannot honour --http-header-forward-pattern=x-.*"),
+        (
+            ["--http-address=127.0.0.1"],
+            "turnout binds every front end to one address; these differ: --http-address=127.0.0.1, "
+            "--grpc-address=0.0.0.0, --metrics-address=127.0.0.1",
+        ),
+        (["--host=127.0.0.1", "--grpc-address=10.0.0.1", "--http-address=10.0.0.1"], "--host=127.0.0.1 and the"),
+    ],
+)
+def test_triton_flags_turnout_cannot_honour_stop_the_start(tmp_path: Path, flags: list[str], error: str) -> None:
+    done = turnout("up", f"--model-repository={tmp_path}", *flags)
+    assert done.returncode == 2, done.stderr
+    assert error in done.stderr, done.stderr
+    assert "sidecar ready" not in done.stdout + done.stderr
 
 
 def test_a_triton_launch_command_starts_turnout_up_with_one_warning_per_flag_it_ignores(tmp_path: Path) -> None:
     repo = write_repository(tmp_path, ("simple",))
-    with turnout_up(repo, *TRITON_LAUNCH, "--strict-model-config=false") as server:
+    with turnout_up(repo, *TRITON_LAUNCH, *TRITON_HONOURED, "--strict-model-config=false") as server:
         output = server.output()
         with httpclient.InferenceServerClient(server.http) as client:
             assert client.is_model_ready("simple")
@@ -109,6 +243,8 @@ def test_a_triton_launch_command_starts_turnout_up_with_one_warning_per_flag_it_
         name = flag.split("=", 1)[0]
         assert sum(line.startswith(f"turnout: ignoring {flag}: ") for line in output.splitlines()) == 1, name
     assert "--backend-config" not in output
+    for flag in TRITON_HONOURED:
+        assert flag.split("=", 1)[0] not in output, flag
 
 
 @pytest.mark.parametrize(("strict", "ready"), [("true", False), ("false", True)])
