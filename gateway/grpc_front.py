@@ -22,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.context import NO_CONTEXT, RequestContext
 from gateway.core import Gateway
+from gateway.header_forward import HeaderForward, parameters_suffix, set_parameters
 from gateway.restrictions import GRPC_METHOD_GROUPS, Restriction, grpc_refusal
 from gateway.settings import GatewaySettings
 from gateway.tracing.trace import (
@@ -223,11 +224,15 @@ STREAM_WINDOW = 1024
 
 class InferenceService:
     """The v2 methods, each a translation to one Gateway call. `stream_window`: at most so
-    many requests of one stream are read and not yet answered (0: no limit)."""
+    many requests of one stream are read and not yet answered (0: no limit); `forward`:
+    the metadata that infer requests carry to the model as parameters."""
 
-    def __init__(self, gateway: Gateway, stream_window: int = STREAM_WINDOW) -> None:
+    def __init__(
+        self, gateway: Gateway, stream_window: int = STREAM_WINDOW, forward: HeaderForward | None = None
+    ) -> None:
         self._gateway = gateway
         self._stream_window = stream_window
+        self._forward = forward or HeaderForward("")
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=await self._gateway.server_live())
@@ -247,6 +252,8 @@ class InferenceService:
     async def ModelInfer(self, request: bytes, context: Any) -> bytes:
         parsed = _parse_infer(request)
         call_context = _request_context(context)
+        if self._forward:
+            request = self._forwarded(parsed, request, call_context)
         trace = self._gateway.tracer.sample(parsed.model_name, call_context.headers)
         if trace is None:
             return await self._gateway.infer(parsed, request, call_context)
@@ -332,6 +339,8 @@ class InferenceService:
             request = _parse_infer(encoded)
             request_id = request.id
             called = (request.model_name, request.model_version)
+            if self._forward:
+                encoded = self._forwarded(request, encoded, call_context)
             trace = self._gateway.tracer.sample(request.model_name, call_context.headers)
             context = call_context
             if trace is not None:
@@ -366,6 +375,13 @@ class InferenceService:
             if trace is not None:
                 trace.finish()
             raise
+
+    def _forwarded(self, request: pb.ModelInferRequest, encoded: bytes, context: RequestContext) -> bytes:
+        """The metadata the forward pattern matches, set as parameters of the parsed request
+        and appended to its bytes."""
+        pairs = self._forward.matching(context.headers.items())
+        set_parameters(request, pairs)
+        return encoded + parameters_suffix(pairs)
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
         return await self._gateway.model_config(request)
@@ -523,7 +539,9 @@ def build_grpc_server(
     # compressed, with gzip, which every gRPC client accepts.
     level = settings.grpc_infer_response_compression_level.lower()
     server = grpc.aio.server(options=options, compression=None if level == "none" else grpc.Compression.Gzip)
-    service = InferenceService(gateway, settings.grpc_stream_max_inflight)
+    service = InferenceService(
+        gateway, settings.grpc_stream_max_inflight, HeaderForward(settings.grpc_header_forward_pattern)
+    )
     handlers = method_handlers(gateway, restrictions, service)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     health = HealthService(gateway, restriction=(restrictions or {}).get("health"))

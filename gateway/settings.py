@@ -82,6 +82,10 @@ class GatewaySettings:
     grpc_max_connection_age: int = 0
     grpc_max_connection_age_grace: int = 0
     grpc_infer_response_compression_level: str = "none"  # none, low, medium or high
+    # Triton's header forwarding: request headers / gRPC metadata whose names match become
+    # string parameters of an inference request ("" = none; gateway.header_forward).
+    http_header_forward_pattern: str = ""
+    grpc_header_forward_pattern: str = ""
     # TLS. gRPC as Triton's --grpc-use-ssl* (PEM file paths); HTTPS, which Triton lacks, through uvicorn.
     grpc_use_ssl: bool = False
     grpc_use_ssl_mutual: bool = False  # also require a client certificate signed by grpc_root_cert

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from protos.status import invalid_arg, unsupported
-from protos.wire import length_delimited
+from protos.wire import string_parameter
 
 # The request being served in this task ("" outside one); set by the gateway per
 # inference and by the sidecar from what the gateway passed.
@@ -259,6 +259,4 @@ def fill_log_response(current: Mapping[str, LogValue], response: object) -> None
 def request_id_parameter(request_id: str) -> bytes:
     """The serialized `parameters` entry {REQUEST_ID_PARAMETER: string_param=request_id} of a
     ModelInferRequest: appended to a serialized request, protobuf merges it in (no re-encode)."""
-    value = length_delimited(3, request_id.encode())  # InferParameter.string_param = 3
-    entry = length_delimited(1, REQUEST_ID_PARAMETER.encode()) + length_delimited(2, value)  # map key = 1, value = 2
-    return length_delimited(4, entry)  # ModelInferRequest.parameters = 4
+    return string_parameter(REQUEST_ID_PARAMETER, request_id)

@@ -26,6 +26,14 @@ def length_delimited(number: int, data: bytes) -> bytes:
     return varint(number << 3 | 2) + varint(len(data)) + data
 
 
+def string_parameter(name: str, value: str) -> bytes:
+    """The serialized `parameters` entry {name: string_param=value} of a ModelInferRequest
+    (field 4; a map entry's key is 1, its value 2; InferParameter.string_param is 3)."""
+    return length_delimited(
+        4, length_delimited(1, name.encode()) + length_delimited(2, length_delimited(3, value.encode()))
+    )
+
+
 def read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
     """The varint at `position` and the position after it; ValueError where it is cut off."""
     value = shift = 0

@@ -7,6 +7,7 @@ environment variable with the TURNOUT_ prefix (TURNOUT_UP_HTTP_PORT, ...).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -101,6 +102,14 @@ def _grpc_transport_options() -> list[Callable[[Callable[..., Any]], Callable[..
     return options
 
 
+def _pattern(context: click.Context, parameter: click.Parameter, value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise click.BadParameter(f"not a regular expression: {exc}") from None
+    return value
+
+
 def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
     deprecated_trace = [
         click.option(
@@ -187,6 +196,18 @@ def _gateway_options(function: Callable[..., Any]) -> Callable[..., Any]:
             default="none",
             show_default=True,
             help="Compress infer responses (gzip, which every gRPC client accepts) unless none.",
+        ),
+        click.option(
+            "--http-header-forward-pattern",
+            default="",
+            callback=_pattern,
+            help="Regular expression: HTTP headers whose names it matches reach the model as request parameters.",
+        ),
+        click.option(
+            "--grpc-header-forward-pattern",
+            default="",
+            callback=_pattern,
+            help="Regular expression: gRPC metadata whose keys it matches reach the model as request parameters.",
         ),
         click.option(
             "--grpc-stream-max-inflight",
@@ -345,8 +366,6 @@ _TRITON_NO_OPS = {
 _TRITON_REFUSED = {
     "model-config-name": "each model's configuration is its config.pbtxt",
     "model-namespacing": "a model name may appear in only one model repository",
-    "http-header-forward-pattern": "no request header reaches a model as a parameter",
-    "grpc-header-forward-pattern": "no request metadata reaches a model as a parameter",
 }
 _DEFAULT_VALUES = frozenset({"", "false", "0", "off", "no"})
 _FRONT_ADDRESSES = ("http-address", "grpc-address", "metrics-address")

@@ -19,6 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.context import RequestContext
+from gateway.header_forward import HeaderForward, set_parameters
 from gateway.http import messages
 from gateway.http.encoding import (
     check_encoding,
@@ -244,6 +245,7 @@ class HttpFront:
         self._gateway = gateway
         self._settings = settings
         self._restrictions = parse_restrictions(settings.http_restricted_api)
+        self._forward = HeaderForward(settings.http_header_forward_pattern)
 
     async def _document(self, request: Request, required: bool = False) -> Any:
         """The request's JSON body, or None when the body is empty and not `required` (the
@@ -384,6 +386,8 @@ class HttpFront:
             raise
         if trace is not None:
             trace.stamp(HTTP_RECV_END)
+        if self._forward:  # as Triton: once the request is parsed, before it runs
+            set_parameters(infer_request, self._forward.matching(request.headers.items()))
         # starlette's headers are a case-insensitive Mapping; routing reads its sticky key there.
         context = RequestContext(request.headers, trace=trace)
         try:
