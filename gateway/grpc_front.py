@@ -232,7 +232,7 @@ class InferenceService:
     ) -> None:
         self._gateway = gateway
         self._stream_window = stream_window
-        self._forward = forward or HeaderForward("")
+        self._forward = forward if forward is not None else HeaderForward("")
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=await self._gateway.server_live())
