@@ -379,21 +379,15 @@ def _triton_options(function: Callable[..., Any]) -> Callable[..., Any]:
         help="Triton's: true = no auto-complete, the config must be complete (as --disable-auto-complete-config).",
         **{**TRITON_BOOL, "show_default": False},
     )(function)
-    for name, why in reversed(_TRITON_NO_OPS.items()):
+    helps = [(name, f"no effect ({why})") for name, why in _TRITON_NO_OPS.items()]
+    helps += [(name, f"with its default value only ({why})") for name, why in _TRITON_REFUSED.items()]
+    for name, text in reversed(helps):
         function = click.option(
             f"--{name}",
             name.replace("-", "_"),
             multiple=True,
             expose_value=True,
-            help=f"Accepted from Triton's command line; no effect ({why}).",
-        )(function)
-    for name, why in reversed(_TRITON_REFUSED.items()):
-        function = click.option(
-            f"--{name}",
-            name.replace("-", "_"),
-            multiple=True,
-            expose_value=True,
-            help=f"Accepted from Triton's command line with its default value only ({why}).",
+            help=f"Accepted from Triton's command line; {text}.",
         )(function)
     for name in reversed(_FRONT_ADDRESSES):
         function = click.option(
