@@ -62,14 +62,35 @@ def framework_of_file(filename: str) -> str | None:
     return _SUFFIX_FRAMEWORK.get(Path(filename).suffix)
 
 
-def framework_of_model(model_dir: Path, config_text: str | None = None) -> str | None:
+CONFIG_FILE = "config.pbtxt"
+
+
+def config_key(keys: Iterable[str], config_name: str = "") -> str | None:
+    """Which of a model folder's files (keys relative to it) configures the model: with
+    Triton's --model-config-name, configs/<name>.pbtxt where the folder holds it, else
+    config.pbtxt; None when neither is there."""
+    present = set(keys)
+    if config_name and f"configs/{config_name}.pbtxt" in present:
+        return f"configs/{config_name}.pbtxt"
+    return CONFIG_FILE if CONFIG_FILE in present else None
+
+
+def config_path(model_dir: Path, config_name: str = "") -> Path:
+    """`config_key` for a local model folder: the file to read (config.pbtxt, which may be
+    missing, unless the custom one exists)."""
+    if config_name and (model_dir / "configs" / f"{config_name}.pbtxt").is_file():
+        return model_dir / "configs" / f"{config_name}.pbtxt"
+    return model_dir / CONFIG_FILE
+
+
+def framework_of_model(model_dir: Path, config_text: str | None = None, config_name: str = "") -> str | None:
     """The framework of a model folder: config platform/backend first, then its files.
 
     Reads only the config and the listing, never a model file, so it is cheap
     enough for `turnout up` to scan a whole repository before starting sidecars.
     """
     if config_text is None:
-        config_file = model_dir / "config.pbtxt"
+        config_file = config_path(model_dir, config_name)
         config_text = config_file.read_text() if config_file.is_file() else ""
     versions = [p for p in model_dir.iterdir() if p.is_dir() and is_version_dir(p.name)]
     return framework_of_listing(config_text, {p.name: [e.name for e in p.iterdir()] for p in versions})

@@ -19,7 +19,6 @@ EXTRAS: dict[str, tuple[str, str]] = {"s3": ("s3", "s3fs"), "gs": ("gcs", "gcsfs
 # Triton's explicit-endpoint form: s3://[http://|https://]host:port/bucket[/path]
 _S3_ENDPOINT = re.compile(r"(https?://|)([0-9a-zA-Z\-.]+):([0-9]+)/([0-9a-z.\-]+)((?:/[0-9a-zA-Z.\-_]+)*)")
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.\-]*)://")
-CONFIG_FILE = "config.pbtxt"
 
 
 class RemoteError(Exception):
@@ -132,10 +131,11 @@ class RemoteRepository:
     """One repository in an object store. Lists it whole in one call and reads only the
     config.pbtxt files, each again only when its object changed."""
 
-    def __init__(self, location: RemoteLocation) -> None:
+    def __init__(self, location: RemoteLocation, config_name: str = "") -> None:
         self.location = location
+        self.config_name = config_name  # Triton's --model-config-name (layout.config_key)
         self._filesystem: Any = None
-        self._configs: dict[str, tuple[str, str]] = {}  # model -> (mark, text)
+        self._configs: dict[str, tuple[tuple[str, str], str]] = {}  # model -> ((key, mark), text)
 
     @property
     def filesystem(self) -> Any:
@@ -174,7 +174,8 @@ class RemoteRepository:
             raise self._error(exc, self.location.path(name)) from exc
 
     def _model(self, name: str, files: list[RemoteFile]) -> RemoteModel:
-        config = next((f for f in files if f.key == CONFIG_FILE), None)
+        key = layout.config_key((f.key for f in files), self.config_name)
+        config = next((f for f in files if f.key == key), None)
         text = self._config_text(name, config) if config is not None else ""
         versions: dict[str, set[str]] = {}
         for found in files:
@@ -186,15 +187,15 @@ class RemoteRepository:
 
     def _config_text(self, name: str, config: RemoteFile) -> str:
         cached = self._configs.get(name)
-        if cached is not None and cached[0] == config.mark:
+        if cached is not None and cached[0] == (config.key, config.mark):
             return cached[1]
-        path = self.location.path(name, CONFIG_FILE)
+        path = self.location.path(name, config.key)
         try:
             data: bytes = self.filesystem.cat_file(path)
         except Exception as exc:  # the SDKs raise many types; the reason is what matters
             raise self._error(exc, path) from exc
         text = data.decode()
-        self._configs[name] = (config.mark, text)
+        self._configs[name] = ((config.key, config.mark), text)
         return text
 
     def _list(self, under: str) -> dict[str, RemoteFile]:

@@ -58,6 +58,11 @@ def _backend_config(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     **TRITON_BOOL,
 )
 @click.option("--backend-config", multiple=True, help="<setting>=<value>, e.g. default-max-batch-size=4")
+@click.option(
+    "--model-config-name",
+    default="",
+    help="Triton's: a model's configs/<name>.pbtxt configures it instead of its config.pbtxt, where it has one",
+)
 @shared("exit_timeout_secs", "event_loop", *LOG_FLAGS)
 @click.option("--metrics-port", default=0, type=click.IntRange(0, 65535), help="/metrics port; 0 binds a free port")
 @shared("allow_metrics")
@@ -101,6 +106,7 @@ def main(
     disable_auto_complete_config: bool,
     report_unassigned_models: bool,
     backend_config: tuple[str, ...],
+    model_config_name: str,
     exit_timeout_secs: float,
     event_loop: str,
     log_verbose: int,
@@ -153,6 +159,7 @@ def main(
         strict_readiness=strict_readiness,
         auto_complete_config=not disable_auto_complete_config,
         report_unassigned=report_unassigned_models,
+        model_config_name=model_config_name,
         default_max_batch_size=default_max_batch_size,
         backend_config=options,
         exit_timeout_secs=exit_timeout_secs,

@@ -9,11 +9,10 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 
 from protos import model_config_pb2 as mc
+from protos.layout import config_path
 from protos.status import TurnoutError, internal, invalid_arg
 from sidecars.config_rules import complete_backend_fields, validate_io_config, validate_model_config
 from sidecars.sequence_config import fill_sequence_defaults
-
-CONFIG_FILE = "config.pbtxt"
 
 
 def load_failure(model: str, reason: str) -> TurnoutError:
@@ -47,15 +46,18 @@ def parse_override(text: str) -> mc.ModelConfig:
     return config
 
 
-def poll_config(model_dir: Path, model: str, override: mc.ModelConfig | None, auto_complete: bool) -> mc.ModelConfig:
+def poll_config(
+    model_dir: Path, model: str, override: mc.ModelConfig | None, auto_complete: bool, config_name: str = ""
+) -> mc.ModelConfig:
     """Triton's first stage for a model folder, before any version is looked at: read the
     config (or take a load request's), derive the backend fields, fill the defaults and
-    check the configuration on its own; without auto-complete, its inputs and outputs too."""
+    check the configuration on its own; without auto-complete, its inputs and outputs too.
+    `config_name`: Triton's --model-config-name (layout.config_path)."""
     config = mc.ModelConfig()
     if override is not None:
         config.CopyFrom(override)
     else:
-        path = model_dir / CONFIG_FILE
+        path = config_path(model_dir, config_name)
         if path.is_file():
             config = parse_text(path)
         elif not auto_complete:

@@ -123,7 +123,9 @@ class ModelManager:
     def __init__(self, settings: SidecarSettings, runtime: Runtime) -> None:
         self.settings = settings
         self.runtime = runtime
-        self.repository = Repository(settings.model_repositories, settings.framework, settings.report_unassigned)
+        self.repository = Repository(
+            settings.model_repositories, settings.framework, settings.report_unassigned, settings.model_config_name
+        )
         self.models: dict[str, ModelEntry] = {}
         # The model folders of the last repository scan: the index lists them, and an
         # unknown model found there is one a client has not loaded yet (explicit mode).
@@ -258,7 +260,8 @@ class ModelManager:
         name = entry.name
         auto_complete = self.settings.auto_complete_config
         try:
-            base = await asyncio.to_thread(poll_config, folder, name, override, auto_complete)
+            config_name = self.settings.model_config_name
+            base = await asyncio.to_thread(poll_config, folder, name, override, auto_complete, config_name)
         except TurnoutError as exc:
             entry.failure, entry.config_failed = exc.message, True
             raise poll_failure(name, exc.message) from None

@@ -57,11 +57,14 @@ class Repository:
     """Reads one or more repositories: the model folders of `framework`, and with
     `unassigned` those no framework claims (a backend turnout lacks, no model file)."""
 
-    def __init__(self, roots: Sequence[str], framework: str, unassigned: bool = False) -> None:
+    def __init__(self, roots: Sequence[str], framework: str, unassigned: bool = False, config_name: str = "") -> None:
         self.roots = tuple(root if is_remote(root) else str(Path(root)) for root in roots)
         self.framework = framework
         self.unassigned = unassigned
-        self._remotes = {root: RemoteRepository(parse_location(root)) for root in self.roots if is_remote(root)}
+        self.config_name = config_name  # Triton's --model-config-name (layout.config_key)
+        self._remotes = {
+            root: RemoteRepository(parse_location(root), config_name) for root in self.roots if is_remote(root)
+        }
 
     def scan(self) -> RepositoryScan:
         """Every model folder of this framework (and the unassigned ones), by name. A
@@ -140,7 +143,7 @@ class Repository:
                     continue
                 path = Path(root) / name
                 if path.is_dir():
-                    config = path / "config.pbtxt"
+                    config = layout.config_path(path, self.config_name)
                     return config.read_text() if config.is_file() else ""
             except (RemoteError, OSError, UnicodeDecodeError):
                 continue  # an unreadable repository or config counts as not there
@@ -174,7 +177,7 @@ class Repository:
     def _folder(self, root: str, name: str, unassigned: bool | None = None) -> ModelFolder | None:
         path = Path(root) / name
         try:
-            if not path.is_dir() or not self._ours(layout.framework_of_model(path), unassigned):
+            if not path.is_dir() or not self._ours(layout.framework_of_model(path, None, self.config_name), unassigned):
                 return None
             return ModelFolder(name, root, _fingerprint(path))
         except OSError:

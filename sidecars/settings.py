@@ -28,6 +28,7 @@ class SidecarSettings:
     exit_on_error: bool = True
     strict_readiness: bool = True
     auto_complete_config: bool = True
+    model_config_name: str = ""  # Triton's: configs/<name>.pbtxt instead of config.pbtxt where a model has it
     # List and load (so refuse, with the reason) model folders no turnout framework
     # claims: `python` or unknown backends, no model file. `turnout up` asks one sidecar.
     report_unassigned: bool = True

@@ -364,7 +364,6 @@ _TRITON_NO_OPS = {
 # Triton's launch flags whose meaning turnout cannot give: accepted only with the value
 # that asks for Triton's default behaviour, else the start is refused, saying why.
 _TRITON_REFUSED = {
-    "model-config-name": "each model's configuration is its config.pbtxt",
     "model-namespacing": "a model name may appear in only one model repository",
 }
 _DEFAULT_VALUES = frozenset({"", "false", "0", "off", "no"})
@@ -457,7 +456,7 @@ def _sidecar_tls_arguments(flags: dict[str, Any]) -> list[str]:
     ]
 
 
-def _bls_gateway_arguments(model_repositories: Sequence[str], flags: dict[str, Any]) -> list[str]:
+def _bls_gateway_arguments(model_repositories: Sequence[str], flags: dict[str, Any], config_name: str) -> list[str]:
     """Where python models' BLS requests go: this gateway's gRPC port, on loopback. Only a
     repository with python models needs it; --grpc-port=0 then picks the free port here,
     since the sidecars start before the gateway binds it. Over TLS, BLS trusts
@@ -467,7 +466,8 @@ def _bls_gateway_arguments(model_repositories: Sequence[str], flags: dict[str, A
 
     if not flags["allow_grpc"]:
         return []
-    if not any(model.framework == "python" for model in models_in(model_repositories).values()):
+    found = models_in(model_repositories, config_name).values()
+    if not any(model.framework == "python" for model in found):
         return []
     host = flags["host"]
     loopback = "::1" if ":" in host else "127.0.0.1"
@@ -512,6 +512,11 @@ def cli() -> None:
     multiple=True,
     help="e.g. default-max-batch-size=4",
 )
+@click.option(
+    "--model-config-name",
+    default="",
+    help="Triton's: a model's configs/<name>.pbtxt configures it instead of its config.pbtxt, where it has one.",
+)
 @_triton_options
 @_gateway_options
 def up(
@@ -521,6 +526,7 @@ def up(
     repository_poll_secs: float,
     disable_auto_complete_config: bool,
     backend_configs: tuple[str, ...],
+    model_config_name: str,
     **flags: Any,
 ) -> None:
     """Serve a model repository: the gateway plus one sidecar per framework it needs."""
@@ -548,9 +554,11 @@ def up(
         log_format=flags["log_format"],
         log_file=flags["log_file"],
     )
+    if model_config_name:
+        arguments.append(f"--model-config-name={model_config_name}")
     arguments += _sidecar_tls_arguments(flags)
     _check_ports(flags)
-    arguments += _bls_gateway_arguments(model_repositories, flags)
+    arguments += _bls_gateway_arguments(model_repositories, flags, model_config_name)
     logs = LogSettings(
         log_file=flags["log_file"],
         log_info=flags["log_info"],
@@ -563,6 +571,7 @@ def up(
         model_repositories,
         arguments,
         load_models=load_models,
+        model_config_name=model_config_name,
         exit_timeout_secs=flags["exit_timeout_secs"],
         logs=logs,
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 from google.protobuf import text_format
 
 from protos import model_config_pb2 as mc
-from protos.layout import framework_of_model
+from protos.layout import config_path, framework_of_model
 from protos.remote import RemoteError, RemoteRepository, is_remote, parse_location
 
 log = logging.getLogger("turnout.supervisor")
@@ -28,20 +28,21 @@ class FoundModel:
     config_text: str
 
 
-def models_in(repositories: Sequence[str]) -> dict[str, FoundModel]:
-    """Every model folder of the repositories by name, from listings and config.pbtxt
-    files only (the first repository wins a name found twice; its sidecar reports that)."""
+def models_in(repositories: Sequence[str], config_name: str = "") -> dict[str, FoundModel]:
+    """Every model folder of the repositories by name, from listings and config files
+    only (the first repository wins a name found twice; its sidecar reports that);
+    `config_name`: Triton's --model-config-name (layout.config_key)."""
     found: dict[str, FoundModel] = {}
     for repository in repositories:
-        for name, model in _models_of(repository).items():
+        for name, model in _models_of(repository, config_name).items():
             found.setdefault(name, model)
     return found
 
 
-def _models_of(repository: str) -> dict[str, FoundModel]:
+def _models_of(repository: str, config_name: str) -> dict[str, FoundModel]:
     if is_remote(repository):
         try:
-            listed = RemoteRepository(parse_location(repository)).scan()
+            listed = RemoteRepository(parse_location(repository), config_name).scan()
         except RemoteError as exc:
             # Left to the sidecars, which report an unreadable repository under --exit-on-error.
             log.error("failed to poll model repository '%s': %s", repository, exc)
@@ -50,7 +51,7 @@ def _models_of(repository: str) -> dict[str, FoundModel]:
     models = {}
     for model_dir in sorted(Path(repository).iterdir()):
         if model_dir.is_dir():  # hidden folders too: Triton takes every folder for a model
-            config = model_dir / "config.pbtxt"
+            config = config_path(model_dir, config_name)
             text = config.read_text() if config.is_file() else ""
             models[model_dir.name] = FoundModel(framework_of_model(model_dir, text), text)
     return models

@@ -59,12 +59,14 @@ class Supervisor:
         arguments: Sequence[str],
         *,
         load_models: Sequence[str] = (),
+        model_config_name: str = "",
         exit_timeout_secs: float,
         logs: LogSettings | None = None,
     ) -> None:
         self._repositories = list(repositories)
         self._arguments = list(arguments)
         self._load_models = list(load_models)
+        self._config_name = model_config_name
         self._loads: dict[str, list[str]] = {}
         self._exit_timeout = exit_timeout_secs
         self._logs = logs or LogSettings()
@@ -78,7 +80,7 @@ class Supervisor:
 
         self._logs.apply()  # the same lines as the gateway's and the sidecars': --log-format, --log-file
         try:
-            models = models_in(self._repositories)
+            models = models_in(self._repositories, self._config_name)
             frameworks = frameworks_in(models)
             self._loads = startup_loads(models, self._load_models, frameworks)
             for framework in frameworks:

@@ -116,3 +116,17 @@ def test_scan_picks_frameworks_from_listing_and_configs(
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     assert frameworks_in(models_in([f"s3://{store.host_port}/models/mixed"])) == ["onnxruntime", "pytorch"]
     assert frameworks_in(models_in([f"s3://{store.host_port}/models/empty"])) == ["onnxruntime"]  # the default sidecar
+
+
+def test_up_takes_a_custom_config_from_s3(store: ObjectStore, tmp_path: Path) -> None:
+    from tests.e2e.test_e2e_config_name import custom_config_repository
+
+    store.upload(custom_config_repository(tmp_path / "custom"), "models/custom")
+    flags = ("--model-config-name=small",)
+    with (
+        turnout_up("s3://models/custom", *flags, env=store.environment()) as server,
+        httpclient.InferenceServerClient(server.http) as client,
+    ):
+        assert client.get_model_config("simple")["max_batch_size"] == 2
+        assert client.get_model_config("simple_string")["max_batch_size"] == 8
+        assert client.is_model_ready("custom_only")

@@ -215,7 +215,6 @@ def test_turnout_up_takes_every_flag_of_tritons_command_line() -> None:
 @pytest.mark.parametrize(
     ("flags", "error"),
     [
-        (["--model-config-name=h100"], "cannot honour --model-config-name=h100: each model's configuration"),
         (["--model-namespacing=true"], "cannot honour --model-namespacing=true"),
         (["--http-header-forward-pattern=("], "Invalid value for '--http-header-forward-pattern'"),
         (
