@@ -70,17 +70,22 @@ def config_key(keys: Iterable[str], config_name: str = "") -> str | None:
     Triton's --model-config-name, configs/<name>.pbtxt where the folder holds it, else
     config.pbtxt; None when neither is there."""
     present = set(keys)
-    if config_name and f"configs/{config_name}.pbtxt" in present:
-        return f"configs/{config_name}.pbtxt"
+    if config_name and _custom_key(config_name) in present:
+        return _custom_key(config_name)
     return CONFIG_FILE if CONFIG_FILE in present else None
 
 
 def config_path(model_dir: Path, config_name: str = "") -> Path:
     """`config_key` for a local model folder: the file to read (config.pbtxt, which may be
     missing, unless the custom one exists)."""
-    if config_name and (model_dir / "configs" / f"{config_name}.pbtxt").is_file():
-        return model_dir / "configs" / f"{config_name}.pbtxt"
+    custom = model_dir / _custom_key(config_name)
+    if config_name and custom.is_file():
+        return custom
     return model_dir / CONFIG_FILE
+
+
+def _custom_key(config_name: str) -> str:
+    return f"configs/{config_name}.pbtxt"
 
 
 def framework_of_model(model_dir: Path, config_text: str | None = None, config_name: str = "") -> str | None:

@@ -91,7 +91,7 @@ class Repository:
             if root in self._remotes or not path.is_dir():
                 continue
             folders = [entry.name for entry in path.iterdir() if entry.is_dir()]
-            if (path / "config.pbtxt").is_file() or any(layout.is_version_dir(name) for name in folders):
+            if (path / layout.CONFIG_FILE).is_file() or any(layout.is_version_dir(name) for name in folders):
                 problems.append(
                     (
                         logging.ERROR,

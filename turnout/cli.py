@@ -70,31 +70,36 @@ _DEPRECATED_TRACE_FLAGS = {
 }
 
 
-# Triton's gRPC transport flags, each a grpc server option (milliseconds), with Triton's
-# defaults, which are grpc's own.
+# Triton's gRPC transport flags, each a grpc server option (milliseconds); their defaults
+# are GatewaySettings' (Triton's, which are grpc's own).
 _GRPC_TRANSPORT = {
-    "grpc-keepalive-time": (7200000, "Milliseconds between the keepalive pings the server sends."),
-    "grpc-keepalive-timeout": (20000, "Milliseconds a keepalive ping waits for its answer."),
-    "grpc-http2-max-pings-without-data": (2, "Pings sent while no data is (0: no limit)."),
+    "grpc-keepalive-time": "Milliseconds between the keepalive pings the server sends.",
+    "grpc-keepalive-timeout": "Milliseconds a keepalive ping waits for its answer.",
+    "grpc-http2-max-pings-without-data": "Pings sent while no data is (0: no limit).",
     "grpc-http2-min-recv-ping-interval-without-data": (
-        300000,
-        "Milliseconds a client must leave between pings while no data is, else each is a strike.",
+        "Milliseconds a client must leave between pings while no data is, else each is a strike."
     ),
-    "grpc-http2-max-ping-strikes": (2, "Strikes before the server closes the connection (0: no limit)."),
-    "grpc-max-connection-age": (0, "Milliseconds a connection may last (0: no limit)."),
-    "grpc-max-connection-age-grace": (0, "Milliseconds a connection past its age may finish its calls (0: no limit)."),
+    "grpc-http2-max-ping-strikes": "Strikes before the server closes the connection (0: no limit).",
+    "grpc-max-connection-age": "Milliseconds a connection may last (0: no limit).",
+    "grpc-max-connection-age-grace": "Milliseconds a connection past its age may finish its calls (0: no limit).",
 }
+
+
+def _setting_default(flag: str) -> Any:
+    return GatewaySettings.__dataclass_fields__[flag.replace("-", "_")].default
 
 
 def _grpc_transport_options() -> list[Callable[[Callable[..., Any]], Callable[..., Any]]]:
     options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
-        click.option(f"--{name}", type=click.IntRange(min=0), default=default, show_default=True, help=text)
-        for name, (default, text) in _GRPC_TRANSPORT.items()
+        click.option(
+            f"--{name}", type=click.IntRange(min=0), default=_setting_default(name), show_default=True, help=text
+        )
+        for name, text in _GRPC_TRANSPORT.items()
     ]
     options.append(
         click.option(
             "--grpc-keepalive-permit-without-calls",
-            default=False,
+            default=_setting_default("grpc-keepalive-permit-without-calls"),
             help="Let keepalive pings go while no call is in flight.",
             **TRITON_BOOL,
         )
