@@ -5,6 +5,7 @@ after decompression, with Triton's texts), and response compression (gzip, defla
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -17,10 +18,7 @@ _PARSE_MESSAGES = (
     ("Expecting property name enclosed in double quotes", "Missing a name for object member."),
     ("Expecting ':' delimiter", "Missing a colon after a name of object member."),
     ("Expecting ',' delimiter", "Missing a comma or '}' after an object member."),
-    ("Unterminated string", "Missing a closing quotation mark in string."),
     ("Invalid \\escape", "Invalid escape character in string."),
-    ("Invalid \\uXXXX escape", "Incorrect hex digit after \\u escape in string."),
-    ("Invalid control character", "Invalid encoding in string."),
     ("Extra data", "The document root must not be followed by other values."),
 )
 
@@ -30,20 +28,48 @@ def json_compact(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+_BOM = b"\xef\xbb\xbf"
+# A UTF-16 high surrogate escaped without the low one that must follow it; the backslash
+# before it must not be escaped itself (an even run of backslashes before it).
+_LONE_HIGH_SURROGATE = re.compile(
+    rb"(?<!\\)((?:\\\\)*)(\\u[dD][89abAB][0-9a-fA-F]{2})(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+_ESCAPES = frozenset('"\\/bfnrt')
+_HEX = frozenset("0123456789abcdefABCDEF")
+_HEX_BYTES = re.compile(rb"[0-9a-fA-F]{4}")
+
+
 def parse_json(buffer: bytes | memoryview, raw_strings: bool = False) -> Any:
     """Parse a JSON document, failing with Triton's (rapidjson-worded) INTERNAL error; as
-    rapidjson, the document ends at its first NUL byte (no valid JSON holds one). A
-    document nested deeper than Python's parser recurses is parsed as `nesting.prune`
-    leaves it, as Triton parses any depth and reads only the fields it needs."""
+    rapidjson, the document ends at its first NUL byte (no valid JSON holds one), a UTF-8
+    byte order mark before it is skipped, and an escaped high surrogate must have its low
+    one. A document nested deeper than Python's parser recurses is parsed as
+    `nesting.prune` leaves it, as Triton parses any depth and reads only the fields it needs."""
     data = bytes(buffer) if isinstance(buffer, memoryview) else buffer
     end = data.find(b"\0")
     if end >= 0:  # rapidjson reads a NUL as the end of its input, whatever follows it
         data = data[:end]
+    skipped = len(_BOM) if data.startswith(_BOM) else 0  # rapidjson's offsets count it
+    data = data[skipped:]
     try:
-        return _loads(data, raw_strings)
-    except RecursionError:
-        pass
-    return _loads(nesting.prune(data), raw_strings)
+        try:
+            value = _loads(data, raw_strings)
+        except RecursionError:
+            value = _loads(nesting.prune(data), raw_strings)
+    except _JsonFault as fault:
+        # Python's parser takes a lone high surrogate; rapidjson stops at the first one.
+        text, offset = _surrogate_fault(data, fault.offset) or (fault.text, fault.offset)
+        raise internal(f"failed to parse the request JSON buffer: {text} at {offset + skipped}") from None
+    lone = _surrogate_fault(data, len(data) + 1) if b"\\u" in data else None
+    if lone is not None:
+        raise internal(f"failed to parse the request JSON buffer: {lone[0]} at {lone[1] + skipped}")
+    return value
+
+
+class _JsonFault(Exception):
+    def __init__(self, text: str, offset: int) -> None:
+        self.text = text
+        self.offset = offset  # in bytes, as rapidjson counts
 
 
 def _loads(data: bytes, raw_strings: bool) -> Any:
@@ -52,9 +78,84 @@ def _loads(data: bytes, raw_strings: bool) -> Any:
         # rapidjson keeps them (it does not check encodings).
         return json.loads(data.decode("utf-8", "surrogateescape") if raw_strings else data)
     except json.JSONDecodeError as exc:
-        raise internal(f"failed to parse the request JSON buffer: {_rapidjson_message(exc)} at {exc.pos}") from exc
+        text, position = _rapidjson_error(exc)
+        # Python counts characters; rapidjson counts bytes.
+        raise _JsonFault(text, len(exc.doc[:position].encode("utf-8", "surrogateescape"))) from None
     except UnicodeDecodeError as exc:
-        raise internal(f"failed to parse the request JSON buffer: Invalid encoding in string. at {exc.start}") from exc
+        raise _JsonFault("Invalid encoding in string.", exc.start) from None
+
+
+def _surrogate_fault(data: bytes, before: int) -> tuple[str, int] | None:
+    """rapidjson's fault at the first escaped high surrogate before byte `before` that
+    lacks its low one: at the escape's backslash, about the hex digits when a `\\u`
+    follows with fewer than four."""
+    lone = _LONE_HIGH_SURROGATE.search(data, 0, before + 12)
+    if lone is None or lone.start(2) >= before:
+        return None
+    after = data[lone.end(2) : lone.end(2) + 6]
+    if after[:2] == b"\\u" and not (len(after) == 6 and _HEX_BYTES.fullmatch(after[2:])):
+        return "Incorrect hex digit after \\u escape in string.", lone.start(2)
+    return "The surrogate pair in string is invalid.", lone.start(2)
+
+
+def _rapidjson_error(exc: json.JSONDecodeError) -> tuple[str, int]:
+    """What rapidjson (as Triton builds it) reports for the fault Python's parser found:
+    its message and the character where it stops, which is often not where Python does."""
+    doc, pos = exc.doc, exc.pos
+    if exc.msg.startswith("Unterminated string"):
+        return _string_fault(doc, pos + 1)
+    if exc.msg.startswith("Invalid \\uXXXX escape"):  # Python points past the backslash
+        return _string_fault(doc, pos - 1)
+    if exc.msg.startswith("Invalid control character"):
+        return "Invalid escape character in string.", pos
+    if exc.msg == "Expecting value" and pos < len(doc):
+        literal = next((word for word in ("true", "false", "null") if doc[pos] == word[0]), None)
+        if literal is not None:  # rapidjson stops at the first letter that does not match
+            matched = 1
+            while matched < len(literal) and doc[pos + matched : pos + matched + 1] == literal[matched]:
+                matched += 1
+            return "Invalid value.", pos + matched
+        if doc[pos] == "-":  # a minus and no digit after it
+            return "Invalid value.", pos + 1
+    if exc.msg.startswith("Expecting ',' delimiter") and pos < len(doc) and pos > 0 and doc[pos - 1].isdigit():
+        # Python ends a number before a '.' or an exponent it cannot read; rapidjson
+        # reads on and misses the digits.
+        if doc[pos] == ".":
+            return "Miss fraction part in number.", pos + 1
+        if doc[pos] in "eE":
+            return "Miss exponent in number.", pos + 2 if doc[pos + 1 : pos + 2] in ("+", "-") else pos + 1
+    return _rapidjson_message(exc), pos
+
+
+def _string_fault(doc: str, at: int) -> tuple[str, int]:
+    """rapidjson's reading of a string Python found unterminated, from just after its quote."""
+    while at < len(doc):
+        char = doc[at]
+        if char == "\\":
+            escape = doc[at + 1 : at + 2]
+            if escape == "u":
+                digits = doc[at + 2 : at + 6]
+                if len(digits) < 4 or not _HEX.issuperset(digits):
+                    return "Incorrect hex digit after \\u escape in string.", at
+                if 0xD800 <= int(digits, 16) <= 0xDBFF:  # its low surrogate must follow
+                    if doc[at + 6 : at + 8] != "\\u":
+                        return "The surrogate pair in string is invalid.", at
+                    low = doc[at + 8 : at + 12]
+                    if len(low) < 4 or not _HEX.issuperset(low):
+                        return "Incorrect hex digit after \\u escape in string.", at
+                    if not 0xDC00 <= int(low, 16) <= 0xDFFF:
+                        return "The surrogate pair in string is invalid.", at
+                    at += 6
+                at += 6
+                continue
+            if escape not in _ESCAPES or not escape:
+                return "Invalid escape character in string.", at
+            at += 2
+            continue
+        if char < " ":
+            return "Invalid escape character in string.", at
+        at += 1
+    return "Missing a closing quotation mark in string.", len(doc)
 
 
 def _rapidjson_message(exc: json.JSONDecodeError) -> str:
@@ -81,8 +182,13 @@ def _inside_array(doc: str | bytes, pos: int) -> bool:
 
 
 _LIMIT_HINT = "Use --http-max-input-size to increase the limit."
-COMPRESSIONS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+COMPRESSIONS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}  # wbits to write each
+# Triton inflates either encoding with zlib told to detect a gzip or a zlib header, so a
+# gzip body labelled deflate (or the reverse) inflates all the same.
+_EITHER_HEADER = 32 + zlib.MAX_WBITS
 INFLATE_STEP = 1 << 20
+# Input handed to zlib at a time: a fault is looked for within at most this much.
+_INFLATE_SLICE = 1 << 16
 
 
 def json_too_large(size: int, limit: int) -> TurnoutError:
@@ -126,32 +232,85 @@ class _Inflater:
     """Decompresses a body piece by piece, never holding more than `limit` bytes of output:
     each step asks zlib for at most the room left plus one byte, so a compression bomb
     stops one byte past the limit whatever its ratio; and at most INFLATE_STEP, since zlib
-    gathers a step's output twice over before it returns it."""
+    gathers a step's output twice over before it returns it.
 
-    def __init__(self, encoding: str, limit: int) -> None:
-        self._encoding = encoding
-        self._decoder = zlib.decompressobj(COMPRESSIONS[encoding])
+    As Triton's DataCompressor, a fault in the data (a bad header, a corrupt block, a
+    checksum that does not match) is no error: the body is what zlib inflated before the
+    fault, and whatever follows it is ignored. Python's zlib drops a call's output when
+    the call fails, so each call's starting state is kept (a copy of the stream) to find
+    that output again."""
+
+    def __init__(self, limit: int) -> None:
+        self._decoder = zlib.decompressobj(_EITHER_HEADER)
         self._limit = limit
+        self._faulted = False
         self.size = 0
 
     def feed(self, data: bytes, out: list[bytes]) -> None:
+        view = memoryview(data)
+        for start in range(0, len(view), _INFLATE_SLICE):
+            if self._faulted:
+                return
+            self._inflate(view[start : start + _INFLATE_SLICE], out)
+
+    def finish(self, out: list[bytes]) -> None:
+        if not self._faulted:
+            self._inflate(b"", out)
+
+    def _inflate(self, data: bytes | memoryview, out: list[bytes]) -> None:
         while True:
+            before = self._decoder.copy()
             try:
-                piece = self._decoder.decompress(data, min(self._limit - self.size + 1, INFLATE_STEP))
-            except zlib.error as exc:
-                raise internal(f"failed to decompress the request body ({self._encoding}): {exc}") from exc
-            self.size += len(piece)
-            if self.size > self._limit:
-                raise decompressed_too_large(self._limit)
-            if piece:
-                out.append(piece)
+                piece = self._decoder.decompress(data, self._room())
+            except zlib.error:
+                self._faulted = True
+                self._salvage(before, data, out)
+                return
+            self._take(piece, out)
             # Output left inside zlib or input it has not taken yet: ask again.
             data = self._decoder.unconsumed_tail
             if not data and not piece:
                 return
 
-    def finish(self, out: list[bytes]) -> None:
-        self.feed(b"", out)
+    def _salvage(self, decoder: Any, data: bytes | memoryview, out: list[bytes]) -> None:
+        """The output of the longest start of `data` that inflates without a fault, from
+        `decoder` (the stream as it was before `data`): found by halving, each try on a
+        copy of the stream and holding no output beyond the limit."""
+        clean, faulty = 0, len(data)
+        while faulty - clean > 1:
+            middle = (clean + faulty) // 2
+            try:
+                self._drain(decoder.copy(), data[:middle], None)
+            except zlib.error:
+                faulty = middle
+            else:
+                clean = middle
+        self._drain(decoder, data[:clean], out)
+
+    def _drain(self, decoder: Any, data: bytes | memoryview, out: list[bytes] | None) -> None:
+        """Inflate `data` whole with `decoder`; its output goes to `out` (counted against
+        the limit) or, for a try, is only counted."""
+        size = self.size
+        while True:
+            piece = decoder.decompress(data, min(self._limit - size + 1, INFLATE_STEP))
+            size += len(piece)
+            if size > self._limit:
+                raise decompressed_too_large(self._limit)  # as Triton: the limit came first
+            if out is not None:
+                self._take(piece, out)
+            data = decoder.unconsumed_tail
+            if not data and not piece:
+                return
+
+    def _room(self) -> int:
+        return min(self._limit - self.size + 1, INFLATE_STEP)
+
+    def _take(self, piece: bytes, out: list[bytes]) -> None:
+        self.size += len(piece)
+        if self.size > self._limit:
+            raise decompressed_too_large(self._limit)
+        if piece:
+            out.append(piece)
 
 
 async def read_body(
@@ -177,7 +336,7 @@ async def read_body(
 
     if declared is not None and declared > limit:
         raise refuse(declared)
-    inflater = _Inflater(encoding, limit) if encoding is not None else None
+    inflater = _Inflater(limit) if encoding is not None else None
     parts: list[bytes] = []
     received = 0
     async for chunk in chunks:
@@ -208,7 +367,7 @@ def decompress(body: bytes, encoding: str | None, max_size: int) -> bytes:
     if not body:
         raise invalid_arg("nothing to be decompressed")
     parts: list[bytes] = []
-    inflater = _Inflater(compression, max_size)
+    inflater = _Inflater(max_size)
     inflater.feed(body, parts)
     inflater.finish(parts)
     return b"".join(parts)

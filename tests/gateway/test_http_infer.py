@@ -267,7 +267,7 @@ def test_an_empty_shape_carries_no_data():
     [
         (b"", "failed to parse the request JSON buffer: The document is empty. at 0"),
         (b"{x", "failed to parse the request JSON buffer: Missing a name for object member. at 1"),
-        (b"nope", "failed to parse the request JSON buffer: Invalid value. at 0"),
+        (b"nope", "failed to parse the request JSON buffer: Invalid value. at 1"),  # past the n, as rapidjson
         (b"{}", "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"),
         # TritonJson finds no member in a document that is not an object
         (b"[]", "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"),
@@ -712,6 +712,45 @@ def test_parse_json_ends_the_document_at_a_nul_as_rapidjson_does():
     assert err.message.startswith(
         "failed to parse the request JSON buffer: Missing a closing quotation mark in string."
     )
+
+
+# Each answered by Triton 2.51 (rapidjson) to an infer body: its words, and its offset in
+# bytes, which is often not where Python's parser stops.
+RAPIDJSON_FAULTS = [
+    (b'{"a": "xy', "Missing a closing quotation mark in string.", 9),
+    (b'{"\xc3\xa9": "xy', "Missing a closing quotation mark in string.", 10),  # bytes, not characters
+    (b'{"a": "x\\q"}', "Invalid escape character in string.", 8),
+    (b'{"a": "x\\', "Invalid escape character in string.", 8),
+    (b'{"a": "x\ty"}', "Invalid escape character in string.", 8),
+    (b'{"a": "x\\u12G4"}', "Incorrect hex digit after \\u escape in string.", 8),
+    (b'{"a": "x\\u12', "Incorrect hex digit after \\u escape in string.", 8),
+    (b'{"a": "x\\ud800"}', "The surrogate pair in string is invalid.", 8),
+    (b'{"a": "x\\ud800\\u0041"}', "The surrogate pair in string is invalid.", 8),
+    (b'{"a": "x\\ud800', "The surrogate pair in string is invalid.", 8),
+    (b'{"a": "x\\ud800\\u00', "Incorrect hex digit after \\u escape in string.", 8),
+    (b'{"a": "\\ud800 \\q"}', "The surrogate pair in string is invalid.", 7),
+    (b'{"a": tru}', "Invalid value.", 9),
+    (b'{"a": fals', "Invalid value.", 10),
+    (b'{"a": nulx', "Invalid value.", 9),
+    (b'{"a": -}', "Invalid value.", 7),
+    (b'{"a": 1.}', "Miss fraction part in number.", 8),
+    (b"[1.", "Miss fraction part in number.", 3),
+    (b'{"a": 1e}', "Miss exponent in number.", 8),
+    (b'{"a": 1.5e-x}', "Miss exponent in number.", 11),
+    (b'\xef\xbb\xbf{"a": t', "Invalid value.", 10),  # a byte order mark is skipped, and counted
+]
+
+
+@pytest.mark.parametrize(("body", "text", "offset"), RAPIDJSON_FAULTS)
+def test_json_faults_are_reported_where_rapidjson_stops(body: bytes, text: str, offset: int) -> None:
+    for raw_strings in (False, True):
+        err = error_of(parse_json, body, raw_strings)
+        assert err.message == f"failed to parse the request JSON buffer: {text} at {offset}"
+
+
+def test_what_rapidjson_takes_and_python_would_not_or_the_reverse() -> None:
+    assert parse_json(b'\xef\xbb\xbf{"a": 1}', raw_strings=True) == {"a": 1}
+    assert parse_json(b'{"a": "\\uD800\\uDC00 \\udc00 \\\\ud800"}') == {"a": "\U00010000 \udc00 \\ud800"}
 
 
 def test_json_strings_keep_bytes_that_are_not_utf8_where_a_tensor_can_carry_them():
