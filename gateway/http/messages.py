@@ -5,7 +5,6 @@ status, trace and log settings.
 
 from __future__ import annotations
 
-import base64
 import binascii
 from typing import Any
 
@@ -185,6 +184,21 @@ def system_shm_register(name: str, document: Any) -> SystemSharedMemoryRegisterR
     )
 
 
+_BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_NOT_BASE64 = bytes(sorted(set(range(256)) - set(_BASE64_ALPHABET)))
+
+
+def decode_base64(text: str) -> bytes:
+    """Base64 as Triton decodes it (libb64): every character outside the alphabet, '='
+    and line breaks among them, is skipped wherever it stands, and bits left over at the
+    end that make no whole byte are dropped. It never fails."""
+    digits = text.encode("utf-8", "surrogateescape").translate(None, _NOT_BASE64)
+    whole = len(digits) - len(digits) % 4
+    tail = digits[whole:]
+    padded = digits[:whole] + (tail + b"=" * (4 - len(tail)) if len(tail) > 1 else b"")
+    return binascii.a2b_base64(padded)
+
+
 def cuda_shm_register(name: str, document: Any) -> CudaSharedMemoryRegisterRequest:
     body = _object(document)
     handle = body.get("raw_handle")
@@ -193,10 +207,7 @@ def cuda_shm_register(name: str, document: Any) -> CudaSharedMemoryRegisterReque
     b64 = _member(handle, "b64", "string")
     byte_size = _member(body, "byte_size", "uint")
     device_id = _member(body, "device_id", "uint")
-    try:
-        raw = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError):
-        raw = b""
+    raw = decode_base64(b64)
     if len(raw) != CUDA_IPC_HANDLE_SIZE:
         raise invalid_arg("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
     return CudaSharedMemoryRegisterRequest(name=name, raw_handle=raw, device_id=device_id, byte_size=byte_size)
@@ -213,10 +224,7 @@ def load_request(model_name: str, document: Any) -> RepositoryModelLoadRequest:
         if key == "config":
             request.parameters[key].string_param = value
         elif key.startswith("file:"):
-            try:
-                request.parameters[key].bytes_param = base64.b64decode(value, validate=True)
-            except (binascii.Error, ValueError):
-                raise invalid_arg(f"Failed to decode base64 content of file '{key}'") from None
+            request.parameters[key].bytes_param = decode_base64(value)
         else:
             raise internal("unexpected error on creating Triton parameter")
     return request

@@ -3,6 +3,7 @@ explicit mode; refusals in `none` mode."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -181,6 +182,24 @@ def test_load_uploaded_files(explicit_server: Server, tmp_path: Path, protocol: 
         assert client.is_model_ready(name) is False
     platform = metadata["platform"] if protocol == "http" else metadata.platform
     assert platform == "onnxruntime_onnx"
+
+
+def test_load_takes_base64_as_triton_reads_it(explicit_server: Server, tmp_path: Path) -> None:
+    # Checked on Triton 2.51: base64 broken into MIME lines and followed by stray
+    # characters loads (libb64 skips what is not base64).
+    name = "uploaded_mime"
+    encoded = base64.b64encode(onnx_identity_bytes(tmp_path)).decode()
+    wrapped = "\n".join(encoded[i : i + 76] for i in range(0, len(encoded), 76)) + "!!=="
+    parameters = {"config": _upload_config(name), "file:1/model.onnx": wrapped}
+    url = f"http://{explicit_server.http}/v2/repository/models/{name}/load"
+    response = httpx.post(url, json={"parameters": parameters}, timeout=60)
+    assert response.status_code == 200, response.text
+    values = np.array([[1.5, -2.0]], dtype=np.float32)
+    with httpclient.InferenceServerClient(explicit_server.http) as client:
+        tensor = httpclient.InferInput("INPUT0", [1, 2], "FP32")
+        tensor.set_data_from_numpy(values)
+        np.testing.assert_array_equal(client.infer(name, [tensor]).as_numpy("OUTPUT0"), values)
+        client.unload_model(name)
 
 
 async def test_aio_repository(explicit_server: Server) -> None:

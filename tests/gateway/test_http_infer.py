@@ -835,6 +835,26 @@ def test_load_request_parameters():
 
 
 @pytest.mark.parametrize(
+    ("text", "decoded"),
+    [
+        ("AAEC", b"\x00\x01\x02"),
+        ("AA\nEC\n", b"\x00\x01\x02"),  # line breaks, as MIME writes base64
+        ("AAEC!!==", b"\x00\x01\x02"),  # characters outside the alphabet are skipped
+        ("QQ==QQ==", b"A\x04\x10"),  # '=' too, wherever it stands: QQQQ
+        ("abc", b"i\xb7"),  # 18 bits: two whole bytes
+        ("a", b""),
+        ("", b""),
+        ("é€QQ", b"A"),
+    ],
+)
+def test_base64_is_decoded_as_libb64_does(text: str, decoded: bytes) -> None:
+    """Triton decodes load files and CUDA handles with libb64, which never fails."""
+    assert messages.decode_base64(text) == decoded
+    request = messages.load_request("m", {"parameters": {"file:1/model.onnx": text}})
+    assert request.parameters["file:1/model.onnx"].bytes_param == decoded
+
+
+@pytest.mark.parametrize(
     ("parameters", "text"),
     [
         (5, "attempt to get members for non-object"),
