@@ -40,10 +40,10 @@ import itertools
 import logging
 import ssl
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from enum import IntEnum
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
 from protos.rpc import MAX_MESSAGE_BYTES
 from protos.status import Status, TurnoutError, cause_named
@@ -193,7 +193,8 @@ class _Framer(asyncio.Protocol):
         raise NotImplementedError
 
 
-Handler = Callable[[memoryview, str], Awaitable[bytes]]
+# An INFER call's answer: at once (bytes), or an awaitable run as a task of its own.
+Handler = Callable[[memoryview, str], bytes | Awaitable[bytes]]
 # A STREAM call's answers: (payload, last), a TurnoutError for an error answer with more to
 # follow; a stream that ends without a last one ends empty, one that raises ends with its error.
 StreamHandler = Callable[[memoryview, str], AsyncIterator[tuple[bytes | TurnoutError, bool]]]
@@ -277,10 +278,19 @@ class _ServerConnection(_Framer):
         length = payload[0] if payload else 0
         request_id = payload[1 : 1 + length].decode(errors="replace") if length else ""
         request = memoryview(payload)[1 + length :]
+        answer: Coroutine[Any, Any, None]
         if kind == Kind.STREAM and self._stream_handler is not None:
             answer = self._answer_stream(call_id, request, request_id, self._stream_handler)
         else:
-            answer = self._answer(call_id, request, request_id)
+            try:
+                reply = self._handler(request, request_id)
+            except Exception as error:  # the peer must always get an answer
+                self._send_error(call_id, error)
+                return
+            if isinstance(reply, bytes):  # answered at once: no task
+                self._send_reply(call_id, reply)
+                return
+            answer = self._answer(call_id, reply)
         task = asyncio.get_running_loop().create_task(answer)
         self._tasks.add(task)
         self._calls[call_id] = task
@@ -305,19 +315,25 @@ class _ServerConnection(_Framer):
             call.cancel()
         self._calls.clear()
 
-    async def _answer(self, call_id: int, request: memoryview, request_id: str) -> None:
+    async def _answer(self, call_id: int, reply: Awaitable[bytes]) -> None:
         try:
-            reply = await self._handler(request, request_id)
-        except TurnoutError as error:
-            self.send(call_id, Kind.ERROR, encode_error(error))
+            payload = await reply
         except Exception as error:  # the peer must always get an answer
-            self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, str(error))))
+            self._send_error(call_id, error)
         else:
-            if len(reply) > self.peer_max_frame:  # the gateway would close the connection on it
-                message = too_large(len(reply), self.peer_max_frame, sent=True)
-                self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, message)))
-            else:
-                self.send(call_id, Kind.REPLY, reply)
+            self._send_reply(call_id, payload)
+
+    def _send_reply(self, call_id: int, reply: bytes) -> None:
+        if len(reply) > self.peer_max_frame:  # the gateway would close the connection on it
+            message = too_large(len(reply), self.peer_max_frame, sent=True)
+            self.send(call_id, Kind.ERROR, encode_error(TurnoutError(Status.INTERNAL, message)))
+        else:
+            self.send(call_id, Kind.REPLY, reply)
+
+    def _send_error(self, call_id: int, error: Exception) -> None:
+        if not isinstance(error, TurnoutError):
+            error = TurnoutError(Status.INTERNAL, str(error))
+        self.send(call_id, Kind.ERROR, encode_error(error))
 
     async def _answer_stream(self, call_id: int, request: memoryview, request_id: str, handler: StreamHandler) -> None:
         try:

@@ -20,7 +20,7 @@ from protos.statistics import BatchTimes, VersionStatistics
 from protos.status import Cause, Status, TurnoutError, internal, unavailable
 from protos.validation import ValidRequest
 from sidecars.batch_rules import BatchRules, Candidate, Plan
-from sidecars.runtime import ModelInstance, RequestInstance
+from sidecars.runtime import ModelInstance, RequestInstance, ThreadedInstance
 
 
 class BackendFailure(TurnoutError):
@@ -162,6 +162,7 @@ class DynamicBatcher:
         self._queued = 0
         self._offered: deque[_Batch] = deque()  # formed, waiting for an instance
         self._idle: deque[asyncio.Future[_Batch | None]] = deque()  # instances waiting for a batch
+        self._waiting: dict[asyncio.Future[_Batch | None], ModelInstance] = {}  # whose each wait is
         self._scheduling = True
         # preserve_ordering: batches deliver their results in the order they were started.
         self._started = 0
@@ -208,6 +209,27 @@ class DynamicBatcher:
             self._changed.set()
             raise
 
+    def run_now(self, request: ValidRequest) -> Result | None:
+        """Run `request` at once, on the event loop, where Triton's scheduler would hand it
+        straight to an idle instance and that instance runs inline (ThreadedInstance): a
+        model without dynamic batching, nothing queued before it. Saves the queue's task
+        hand-offs; None when it cannot, and nothing has changed."""
+        if self._gathers or self._takes_requests or self._closing or self._queued or self._offered:
+            return None
+        instance = next((self._waiting[w] for w in self._idle if not w.done()), None)
+        if not isinstance(instance, ThreadedInstance) or not instance.inline:
+            return None
+        request.queued = True
+        start = self._clock()
+        try:
+            outputs = instance.run_inline(request.inputs)
+        except Exception as exc:
+            raise BackendFailure.of(exc) from None
+        inferred = self._clock()
+        times = BatchTimes(request.batch_size, 0, inferred - start, 0, start)
+        self._stats.record_batch(times)
+        return Result(outputs, 0, times)
+
     def _expire(self, pending: _Pending) -> None:
         level = self._levels[pending.level - 1]
         pending.timer = None
@@ -224,12 +246,12 @@ class DynamicBatcher:
 
     async def _work(self, instance: ModelInstance) -> None:
         while True:
-            batch = await self._next_batch()
+            batch = await self._next_batch(instance)
             if batch is None:
                 return
             await self._execute(instance, batch)
 
-    async def _next_batch(self) -> _Batch | None:
+    async def _next_batch(self, instance: ModelInstance) -> _Batch | None:
         """The first batch offered, merged with the ones behind it that are due (Triton's
         InstanceQueue::Dequeue), or the next one formed; None once closed and drained."""
         if not self._offered:
@@ -237,8 +259,12 @@ class DynamicBatcher:
                 return None
             waiting: asyncio.Future[_Batch | None] = asyncio.get_running_loop().create_future()
             self._idle.append(waiting)
+            self._waiting[waiting] = instance
             self._changed.set()
-            return await waiting
+            try:
+                return await waiting
+            finally:
+                del self._waiting[waiting]
         batch = self._offered.popleft()
         self._start(batch)
         now = self._clock()

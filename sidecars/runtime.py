@@ -128,16 +128,31 @@ class ThreadedInstance:
         finally:
             self._fastest_ns = min(self._fastest_ns, time.perf_counter_ns() - start)
 
+    @property
+    def inline(self) -> bool:
+        """Whether the next run is on the event loop."""
+        return self._inline
+
     async def execute(self, inputs: Tensors) -> dict[str, np.ndarray]:
+        if self._inline:
+            return self.run_inline(inputs)
         try:
-            if self._inline:
-                return self._timed_run(inputs)
             return await asyncio.get_running_loop().run_in_executor(self._thread, self._timed_run, inputs)
         finally:
-            self._runs += 1
-            if self._runs >= RUN_WINDOW:
-                self._inline = self._fastest_ns < INLINE_BELOW_NS
-                self._runs, self._fastest_ns = 0, _UNMEASURED
+            self._count_run()
+
+    def run_inline(self, inputs: Tensors) -> dict[str, np.ndarray]:
+        """One run on the calling thread (the event loop), counted as `execute` counts it."""
+        try:
+            return self._timed_run(inputs)
+        finally:
+            self._count_run()
+
+    def _count_run(self) -> None:
+        self._runs += 1
+        if self._runs >= RUN_WINDOW:
+            self._inline = self._fastest_ns < INLINE_BELOW_NS
+            self._runs, self._fastest_ns = 0, _UNMEASURED
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)

@@ -172,6 +172,10 @@ class SequenceBatcher:
     def pending(self) -> int:
         return self._queued
 
+    def run_now(self, request: ValidRequest) -> Result | None:
+        """A sequence's requests always go through its slot's queue."""
+        return None
+
     async def submit(self, request: ValidRequest) -> Result:
         """Queue a request in its sequence and wait for its outputs. Raises TurnoutError
         with Triton's texts for requests that break the sequence rules."""

@@ -21,7 +21,7 @@ from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_
 from protos.rpc import METHODS, abort_call
 from protos.status import Cause, TurnoutError, decoupled_refused, invalid_arg, not_found, unavailable, unsupported
 from protos.trace import TRACE_PARAMETER, timestamps_text
-from protos.validation import Answer, validate
+from protos.validation import Answer, ValidRequest, validate
 from sidecars.batcher import BackendFailure, Result
 from sidecars.config import parse_override, poll_failure
 from sidecars.models import LoadedVersion, ModelManager
@@ -142,7 +142,15 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         return await self._infer(request)
 
     async def _infer(self, request: pb.ModelInferRequest, lane_id: str = "") -> pb.ModelInferResponse:
-        start = time.monotonic_ns()
+        answer = self._infer_now(request, lane_id)
+        return answer if isinstance(answer, pb.ModelInferResponse) else await answer
+
+    def _infer_now(
+        self, request: pb.ModelInferRequest, lane_id: str = ""
+    ) -> pb.ModelInferResponse | Awaitable[pb.ModelInferResponse]:
+        """The response, when the model ran at once (DynamicBatcher.run_now: no task, no
+        queue); else the awaitable that queues the request and gives its response."""
+        call = _Call(time.monotonic_ns())
         # The gateway's request id: the lane frame's, else the client's `id`, else one the
         # gateway passed as a parameter (over gRPC), stripped here so the model never sees
         # it. Every log line carries it.
@@ -153,54 +161,40 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             del parameters[REQUEST_ID_PARAMETER]
         REQUEST_ID.set(request_id)
         # A request the gateway traces asks for this sidecar's timestamps (protos.trace).
-        traced = TRACE_PARAMETER in parameters
-        verbose = log.isEnabledFor(logging.DEBUG)
-        if traced:
+        call.traced = TRACE_PARAMETER in parameters
+        call.verbose = log.isEnabledFor(logging.DEBUG)
+        if call.traced:
             traceparent = parameters[TRACE_PARAMETER].string_param
             del parameters[TRACE_PARAMETER]
-            if verbose:
+            if call.verbose:
                 log.debug("traced request (traceparent '%s')", traceparent)
-        if verbose:
+        if call.verbose:
             log.debug("infer model '%s' version '%s'", request.model_name, request.model_version)
         loaded: LoadedVersion = self.manager.resolve(request.model_name, request.model_version)
         if loaded.config.model_transaction_policy.decoupled:
             raise decoupled_refused()
-        reason = "REJECTED"  # Triton's failure reason, by the step that failed
-        valid = None
         try:
-            valid = validate(request, loaded.signature)
-            result = await loaded.batcher.submit(valid)
-            reason = "OTHER"
-            response = build_response(
-                loaded.name, loaded.version_text, loaded.signature, valid, result.outputs, loaded.labels
-            )
-            if result.parameters:
-                set_parameters(response.parameters, result.parameters)
-        except BackendFailure as exc:
-            loaded.stats.record_failure(time.monotonic_ns() - start, "BACKEND")
-            # Failures are logged at default level, with the request id both processes share.
-            log.warning("infer failed in the backend: %s", exc.message)
-            raise
+            valid = call.valid = validate(request, loaded.signature)
+            result = loaded.batcher.run_now(valid)
         except TurnoutError as exc:
-            if valid is None or not valid.queued:  # no model saw it: Triton counts it nowhere
-                log.info("infer failed (refused before it ran): %s", exc.message)
-                raise
-            loaded.stats.record_failure(time.monotonic_ns() - start, reason)
-            log.info("infer failed (%s): %s", reason, exc.message)
+            _failed(loaded, call, exc, "REJECTED")
+            raise
+        if result is None:
+            return self._queued(loaded, call, valid)
+        return _respond(loaded, call, valid, result)
+
+    async def _queued(self, loaded: LoadedVersion, call: _Call, valid: ValidRequest) -> pb.ModelInferResponse:
+        try:
+            result = await loaded.batcher.submit(valid)
+        except TurnoutError as exc:
+            _failed(loaded, call, exc, "REJECTED")
             raise
         except asyncio.CancelledError:
-            if valid is not None:
-                valid.cancelled = True  # a model still running it may ask (python's is_cancelled)
-            loaded.stats.record_failure(time.monotonic_ns() - start, "CANCELED")
+            valid.cancelled = True  # a model still running it may ask (python's is_cancelled)
+            loaded.stats.record_failure(time.monotonic_ns() - call.start, "CANCELED")
             log.debug("infer cancelled by its client")
             raise
-        end = time.monotonic_ns()
-        loaded.stats.record_success(end - start, result.queue_ns, result.times)
-        if traced:
-            response.parameters[TRACE_PARAMETER].string_param = _timestamps(start, end, result)
-        if verbose:
-            log.debug("infer done in %d us", (time.monotonic_ns() - start) // 1000)
-        return response
+        return _respond(loaded, call, valid, result)
 
     async def _infer_decoupled(
         self, request: pb.ModelInferRequest, request_id: str = ""
@@ -279,12 +273,14 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             else:
                 yield (response if response is not None else b""), last
 
-    async def infer_encoded(self, encoded: memoryview, request_id: str) -> bytes:
+    def infer_encoded(self, encoded: memoryview, request_id: str) -> bytes | Awaitable[bytes]:
         """ModelInfer for the gateway's lane: a serialized request and the gateway's request
-        id in, a serialized response out."""
-        response = await self._infer(pb.ModelInferRequest.FromString(encoded), request_id)
-        serialized: bytes = response.SerializeToString()
-        return serialized
+        id in, a serialized response out; at once where the model ran at once."""
+        answer = self._infer_now(pb.ModelInferRequest.FromString(encoded), request_id)
+        if isinstance(answer, pb.ModelInferResponse):
+            serialized: bytes = answer.SerializeToString()
+            return serialized
+        return _serialized(answer)
 
     @_stream_rpc
     async def ModelStreamInfer(
@@ -442,6 +438,56 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         response = pb.LogSettingsResponse()
         fill_log_response(current, response)
         return response
+
+
+class _Call:
+    """One infer request's bookkeeping, from its arrival to its response."""
+
+    __slots__ = ("start", "traced", "valid", "verbose")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.traced = False
+        self.verbose = False
+        self.valid: ValidRequest | None = None
+
+
+def _respond(loaded: LoadedVersion, call: _Call, valid: ValidRequest, result: Result) -> pb.ModelInferResponse:
+    try:
+        response = build_response(
+            loaded.name, loaded.version_text, loaded.signature, valid, result.outputs, loaded.labels
+        )
+        if result.parameters:
+            set_parameters(response.parameters, result.parameters)
+    except TurnoutError as exc:
+        _failed(loaded, call, exc, "OTHER")
+        raise
+    end = time.monotonic_ns()
+    loaded.stats.record_success(end - call.start, result.queue_ns, result.times)
+    if call.traced:
+        response.parameters[TRACE_PARAMETER].string_param = _timestamps(call.start, end, result)
+    if call.verbose:
+        log.debug("infer done in %d us", (time.monotonic_ns() - call.start) // 1000)
+    return response
+
+
+def _failed(loaded: LoadedVersion, call: _Call, exc: TurnoutError, reason: str) -> None:
+    """Count and log a failed request by Triton's rules: a backend's failure as BACKEND; a
+    refusal no model saw counted nowhere; else `reason` (the step that failed)."""
+    if isinstance(exc, BackendFailure):
+        loaded.stats.record_failure(time.monotonic_ns() - call.start, "BACKEND")
+        # Failures are logged at default level, with the request id both processes share.
+        log.warning("infer failed in the backend: %s", exc.message)
+    elif call.valid is None or not call.valid.queued:
+        log.info("infer failed (refused before it ran): %s", exc.message)
+    else:
+        loaded.stats.record_failure(time.monotonic_ns() - call.start, reason)
+        log.info("infer failed (%s): %s", reason, exc.message)
+
+
+async def _serialized(answer: Awaitable[pb.ModelInferResponse]) -> bytes:
+    serialized: bytes = (await answer).SerializeToString()
+    return serialized
 
 
 def _timestamps(start_ns: int, end_ns: int, result: Result) -> str:

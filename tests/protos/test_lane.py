@@ -7,7 +7,7 @@ import logging
 import ssl
 import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import pytest
@@ -113,6 +113,54 @@ async def test_errors_keep_status_and_text_and_the_lane_keeps_serving(lane) -> N
     assert caught.value.status is Status.INTERNAL
     assert caught.value.message == "exploded"
     assert await client.call(b"ok") == b"ko"
+
+
+def _handler_at_once(view: memoryview, request_id: str) -> bytes | Awaitable[bytes]:
+    """Answers "now:..." at once (bytes, or an error raised before any await), the rest as
+    _handler does; records the task each call began on (None: the lane's read callback)."""
+    began.append(asyncio.current_task())
+    payload = bytes(view)
+    if payload == b"now:missing":
+        raise TurnoutError(Status.NOT_FOUND, "Request for unknown model: 'missing' is not found")
+    if payload == b"now:boom":
+        raise RuntimeError("exploded")
+    if payload.startswith(b"now:grow:"):
+        return bytes(int(payload[9:]))
+    if payload.startswith(b"now:"):
+        return payload[::-1]
+    return _handler(view, request_id)
+
+
+began: list[asyncio.Task[object] | None] = []
+
+
+async def test_a_handler_may_answer_at_once_without_a_task(tmp_path) -> None:
+    server = LaneServer(_handler_at_once)
+    client = LaneClient(await start(server, "unix", tmp_path), max_frame=SMALL_FRAME)
+    began.clear()
+    try:
+        assert await asyncio.gather(client.call(b"now:1"), client.call(b"slow"), client.call(b"now:2")) == [
+            b"1:won",
+            b"wols",
+            b"2:won",
+        ]
+        assert began == [None, None, None]  # each began in the read callback; "slow" then ran as a task
+        for payload, status, text in (
+            (b"now:missing", Status.NOT_FOUND, "Request for unknown model: 'missing' is not found"),
+            (b"now:boom", Status.INTERNAL, "exploded"),
+            (
+                b"now:grow:%d" % (SMALL_FRAME + 1),
+                Status.INTERNAL,
+                f"Sent message larger than max ({SMALL_FRAME + 1} vs. {SMALL_FRAME})",
+            ),
+        ):
+            with pytest.raises(TurnoutError) as caught:
+                await client.call(payload)
+            assert (caught.value.status, caught.value.message) == (status, text)
+        assert await client.call(b"now:ok") == b"ko:won"
+    finally:
+        client.close()
+        server.stop_accepting()
 
 
 async def test_drain_waits_for_in_flight_answers(lane) -> None:

@@ -9,15 +9,16 @@ with a python-backend model under the same dynamic_batching section and one inst
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
 
 from protos.statistics import VersionStatistics
 from protos.status import Status
-from protos.validation import Signature
-from sidecars.batcher import DynamicBatcher
-from sidecars.runtime import Tensors
+from protos.validation import Signature, ValidRequest
+from sidecars.batcher import BackendFailure, DynamicBatcher
+from sidecars.runtime import RUN_WINDOW, Tensors, ThreadedInstance
 from tests.unit.sidecars.model_stand_in import Call, RecordingInstance, infer_request, model_config, until_us
 from tests.unit.virtual_loop import virtual_ns, virtual_time, virtual_us
 
@@ -503,3 +504,87 @@ async def test_close_runs_what_is_queued_then_refuses_new_requests_and_closes_th
     assert (error.status, error.message) == (Status.UNAVAILABLE, "Server exiting")
     assert all(instance.closed for instance in model.instances)
     assert virtual_us() == 10
+
+
+# -- run_now: a request handed straight to an idle instance that runs inline ---------------
+
+
+class Inline(ThreadedInstance):
+    """`double` as a ThreadedInstance, so it runs inline once a window of runs shows it fast."""
+
+    def __init__(self, fails_with: str = "") -> None:
+        super().__init__("inline")
+        self.fails_with = fails_with
+        self.threads: list[int] = []
+
+    def run(self, inputs: Tensors) -> dict[str, np.ndarray]:
+        self.threads.append(threading.get_ident())
+        if self.fails_with:
+            raise RuntimeError(self.fails_with)
+        return double(inputs)
+
+
+async def _inline_batcher(batching: str | None = None, fails_with: str = "") -> tuple[DynamicBatcher, Inline, Model]:
+    """A batcher over one Inline instance, measured fast (inline) by a window of runs."""
+    model = Model(batching)
+    instance = Inline()
+    for _ in range(RUN_WINDOW):
+        await instance.execute({"INPUT0": np.zeros((1, 1), np.int32)})
+    assert instance.inline
+    instance.fails_with = fails_with
+    config = model_config(MODEL.format(max_batch_size=8) + (f"dynamic_batching {{ {batching} }}" if batching else ""))
+    model.batcher = DynamicBatcher(config, [instance], VersionStatistics())
+    await asyncio.sleep(0)  # its worker starts and waits for a batch
+    return model.batcher, instance, model
+
+
+def _request(model: Model, number: int) -> ValidRequest:
+    return infer_request(model.signature, "INPUT0", [[number]])
+
+
+async def test_without_dynamic_batching_a_request_runs_at_once_on_an_idle_inline_instance() -> None:
+    batcher, instance, model = await _inline_batcher()
+    request = _request(model, 4)
+    result = batcher.run_now(request)
+    assert result is not None and result.outputs["OUTPUT0"].tolist() == [[8]]
+    assert instance.threads[-1] == threading.get_ident()  # on the event loop
+    assert request.queued  # a model saw it: a failure now counts as Triton counts it
+    assert (result.queue_ns, result.times.size) == (0, 1)
+    assert batcher._stats.execution_count == 1 and batcher._stats.inference_count == 1
+    await batcher.close()
+
+
+async def test_run_now_declines_where_the_queue_must_decide_and_changes_nothing() -> None:
+    # Dynamic batching: Triton's scheduler may wait for company, so the queue decides.
+    batcher, _, model = await _inline_batcher("max_queue_delay_microseconds: 100")
+    request = _request(model, 1)
+    assert batcher.run_now(request) is None and not request.queued
+    await batcher.close()
+    # A request already queued goes first.
+    batcher, _, model = await _inline_batcher()
+    queued = asyncio.ensure_future(batcher.submit(_request(model, 1)))
+    await asyncio.sleep(0)
+    assert batcher.run_now(_request(model, 2)) is None
+    assert (await queued).outputs["OUTPUT0"].tolist() == [[2]]
+    assert batcher._stats.execution_count == 1
+    await batcher.close()
+    # A model not (yet) measured fast runs on its thread, through the queue.
+    slow = Model(None)
+    unmeasured = Inline()
+    batcher = DynamicBatcher(model_config(MODEL.format(max_batch_size=8)), [unmeasured], VersionStatistics())
+    await asyncio.sleep(0)
+    assert batcher.run_now(_request(slow, 1)) is None
+    await batcher.close()
+    # Closing: refused by submit, in Triton's words.
+    batcher, _, model = await _inline_batcher()
+    await batcher.close()
+    assert batcher.run_now(_request(model, 1)) is None
+
+
+async def test_a_failure_at_once_is_the_backends() -> None:
+    batcher, _, model = await _inline_batcher(fails_with="out of memory")
+    with pytest.raises(BackendFailure) as caught:
+        batcher.run_now(_request(model, 1))
+    assert (caught.value.status, caught.value.message) == (Status.INTERNAL, "out of memory")
+    assert batcher._stats.execution_count == 0
+    await batcher.close()
