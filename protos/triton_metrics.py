@@ -16,9 +16,10 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+# The text exposition format, named as Triton's metrics port names it.
+_CONTENT_TYPE = "text/plain; charset=utf-8"
 log = logging.getLogger(__name__)
 
 Labels = tuple[tuple[str, str], ...]
@@ -317,7 +318,7 @@ class MetricsEndpoint:
             log.warning("metrics could not be rendered for this scrape", exc_info=True)
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"metrics unavailable"]
-        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))])
+        start_response("200 OK", [("Content-Type", _CONTENT_TYPE), ("Content-Length", str(len(body)))])
         return [body]
 
     def close(self) -> None:

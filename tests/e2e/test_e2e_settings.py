@@ -195,7 +195,7 @@ def test_metrics_endpoint(server: Server) -> None:
         client.infer("simple", http_inputs(*simple_arrays()))
     response = httpx.get(f"http://{server.metrics}/metrics", timeout=30)
     assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/plain")
+    assert response.headers["content-type"] == "text/plain; charset=utf-8"  # as Triton 2.51
     text = response.text
     for family in ("nv_inference_request_success", "nv_inference_count", "nv_inference_exec_count"):
         assert f"# TYPE {family} counter" in text
