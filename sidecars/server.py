@@ -4,6 +4,7 @@ grpc.health.v1, every RPC behind one error wrapper that maps TurnoutError to a s
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import time
@@ -160,6 +161,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             request_id = request_id or parameters[REQUEST_ID_PARAMETER].string_param
             del parameters[REQUEST_ID_PARAMETER]
         REQUEST_ID.set(request_id)
+        call.request_id = request_id
         # A request the gateway traces asks for this sidecar's timestamps (protos.trace).
         call.traced = TRACE_PARAMETER in parameters
         call.verbose = log.isEnabledFor(logging.DEBUG)
@@ -184,6 +186,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         return _respond(loaded, call, valid, result)
 
     async def _queued(self, loaded: LoadedVersion, call: _Call, valid: ValidRequest) -> pb.ModelInferResponse:
+        REQUEST_ID.set(call.request_id)  # in this task's own context, whoever started it
         try:
             result = await loaded.batcher.submit(valid)
         except TurnoutError as exc:
@@ -276,7 +279,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
     def infer_encoded(self, encoded: memoryview, request_id: str) -> bytes | Awaitable[bytes]:
         """ModelInfer for the gateway's lane: a serialized request and the gateway's request
         id in, a serialized response out; at once where the model ran at once."""
-        answer = self._infer_now(pb.ModelInferRequest.FromString(encoded), request_id)
+        # Run in a context of its own: the lane's read callback must not keep this
+        # request's id for whatever it logs next.
+        answer = contextvars.copy_context().run(self._infer_now, pb.ModelInferRequest.FromString(encoded), request_id)
         if isinstance(answer, pb.ModelInferResponse):
             serialized: bytes = answer.SerializeToString()
             return serialized
@@ -443,10 +448,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
 class _Call:
     """One infer request's bookkeeping, from its arrival to its response."""
 
-    __slots__ = ("start", "traced", "valid", "verbose")
+    __slots__ = ("request_id", "start", "traced", "valid", "verbose")
 
     def __init__(self, start: int) -> None:
         self.start = start
+        self.request_id = ""
         self.traced = False
         self.verbose = False
         self.valid: ValidRequest | None = None
