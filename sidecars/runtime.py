@@ -93,6 +93,10 @@ class Runtime(Protocol):
 # Handing a call to a thread and back costs two wake-ups, tens of microseconds; a model
 # that runs faster than this is cheaper to run on the event loop than to hand off.
 INLINE_BELOW_NS = 60_000
+# An inline model goes back to its thread only when it is several times slower than that:
+# a busy host slows every run of a window alike (and a profiler, the inline ones more than
+# those on the thread), which must not move a fast model back and forth.
+THREAD_ABOVE_NS = 4 * INLINE_BELOW_NS
 _UNMEASURED = 2**63
 
 
@@ -108,8 +112,8 @@ class ThreadedInstance:
 
     A model that runs in less than INLINE_BELOW_NS runs inline on the event loop instead:
     after every RUN_WINDOW runs, wherever they ran, the fastest of them decides where
-    the next ones go, so a model that slows down (bigger batches) moves back to its
-    thread by itself, and waits for the GIL do not keep a fast one there.
+    the next ones go, so a model that slows down past THREAD_ABOVE_NS (bigger batches)
+    moves back to its thread by itself, and waits for the GIL do not keep a fast one there.
     """
 
     def __init__(self, name: str) -> None:
@@ -151,7 +155,7 @@ class ThreadedInstance:
     def _count_run(self) -> None:
         self._runs += 1
         if self._runs >= RUN_WINDOW:
-            self._inline = self._fastest_ns < INLINE_BELOW_NS
+            self._inline = self._fastest_ns < (THREAD_ABOVE_NS if self._inline else INLINE_BELOW_NS)
             self._runs, self._fastest_ns = 0, _UNMEASURED
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from sidecars.runtime import INLINE_BELOW_NS, RUN_WINDOW, Tensors, ThreadedInstance
+from sidecars.runtime import INLINE_BELOW_NS, RUN_WINDOW, THREAD_ABOVE_NS, Tensors, ThreadedInstance
 
 
 class Timed(ThreadedInstance):
@@ -61,11 +61,20 @@ def test_runs_slowed_by_waits_on_the_thread_do_not_keep_a_fast_model_there() -> 
 
 def test_a_model_that_slows_down_inline_moves_back_to_its_thread() -> None:
     # Fast for a window (then inline); slow from then on: after a window of slow runs, back on the thread.
-    instance = Timed([0.0] * RUN_WINDOW + [3 * INLINE_BELOW_NS / 1e9])
+    instance = Timed([0.0] * RUN_WINDOW + [2 * THREAD_ABOVE_NS / 1e9])
     inline = asyncio.run(_runs(instance, 3 * RUN_WINDOW + 1))
     instance.close()
     assert inline[RUN_WINDOW : 2 * RUN_WINDOW] == [True] * RUN_WINDOW
     assert not any(inline[2 * RUN_WINDOW :])
+
+
+def test_a_window_of_somewhat_slower_runs_keeps_an_inline_model_inline() -> None:
+    # Every run of a window twice the inline limit (a busy host): still inline, where
+    # a model measured that slow on its thread would have stayed there.
+    instance = Timed([0.0] * RUN_WINDOW + [2 * INLINE_BELOW_NS / 1e9] * RUN_WINDOW + [0.0])
+    inline = asyncio.run(_runs(instance, 3 * RUN_WINDOW))
+    instance.close()
+    assert all(inline[RUN_WINDOW:])
 
 
 def test_one_slow_inline_run_does_not_move_a_fast_model() -> None:
