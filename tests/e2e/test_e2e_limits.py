@@ -9,6 +9,7 @@ The gateway runs in the `turnout up` process itself (its sidecars are its childr
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import socket
@@ -24,7 +25,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
+import tritonclient.http.aio as httpaio
 
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pbg
@@ -262,21 +263,23 @@ def _status_kib(pid: int, field: str) -> int:
 
 
 class _OtherClient:
-    """Keeps sending good `simple` inferences over its own connection, checking each."""
+    """Keeps sending good `simple` inferences over its own connection, checking each. The
+    thread runs tritonclient's asyncio client: the gevent one keeps a hub per thread that
+    outlives the thread."""
 
     def __init__(self, url: str) -> None:
         self._url = url
         self._stop = threading.Event()
         self.served = 0
         self.failures: list[BaseException] = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=asyncio.run, args=(self._run(),), daemon=True)
 
-    def _run(self) -> None:
+    async def _run(self) -> None:
         a, b = simple_arrays(seed=5)
-        with httpclient.InferenceServerClient(self._url) as client:
+        async with httpaio.InferenceServerClient(self._url) as client:
             while not self._stop.is_set():
                 try:
-                    check_simple(client.infer("simple", http_inputs(a, b)), a, b)
+                    check_simple(await client.infer("simple", http_inputs(a, b, module=httpaio)), a, b)
                 except Exception as exc:  # reported by the test
                     self.failures.append(exc)
                     return

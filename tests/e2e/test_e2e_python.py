@@ -5,8 +5,9 @@ view, and BLS calls to an ONNX model through the gateway."""
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import os
+import queue
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.python_models import write_python_models
@@ -72,18 +74,17 @@ def test_add_sub_over_http_and_grpc(up: Server) -> None:
         assert result.get_response().parameters["requested"].string_param == "OUTPUT1"
 
 
-def test_dynamic_batching_hands_execute_several_requests(up: Server) -> None:
-    def one(seed: int) -> int:
+async def test_dynamic_batching_hands_execute_several_requests(up: Server) -> None:
+    async def one(client: httpaio.InferenceServerClient, seed: int) -> int:
         rng = np.random.default_rng(seed)
         a, b = rng.random((1, 4), dtype=np.float32), rng.random((1, 4), dtype=np.float32)
-        with httpclient.InferenceServerClient(up.http) as client:
-            result = client.infer("add_sub", _add_sub_inputs(httpclient, a, b))
+        result = await client.infer("add_sub", _add_sub_inputs(httpaio, a, b))
         np.testing.assert_allclose(result.as_numpy("OUTPUT0"), a + b)
         batch: int = result.get_response()["parameters"]["batch"]
         return batch
 
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        batches = list(pool.map(one, range(16)))
+    async with httpaio.InferenceServerClient(up.http) as client:
+        batches = await asyncio.gather(*(one(client, seed) for seed in range(16)))
     assert max(batches) > 1, batches  # 100 ms of queue delay gathers concurrent requests
 
 
@@ -373,13 +374,23 @@ def test_model_processes_end_with_a_killed_sidecar_which_comes_back(up: Server) 
     sidecar = _python_sidecar(up)
     stubs = live_children(sidecar)
     assert stubs  # one process per model instance
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    answers: queue.Queue[tuple[object, object]] = queue.Queue()
+    inputs = [grpcclient.InferInput("IN", [1], "INT32")]
+    inputs[0].set_data_from_numpy(np.array([7], dtype=np.int32))
+    with grpcclient.InferenceServerClient(up.grpc) as client:
         before = _executions(up)
-        hung = pool.submit(_misbehave, up, "hang")  # a stub busy in execute when its sidecar dies
+        # A stub busy in execute when its sidecar dies.
+        client.async_infer(
+            "misbehaving",
+            inputs,
+            lambda result, error: answers.put((result, error)),
+            parameters={"mode": "hang"},
+            client_timeout=60,
+        )
         assert eventually(lambda: _executions(up) > before)
         os.kill(sidecar, signal.SIGKILL)
-        with pytest.raises(InferenceServerException):
-            hung.result(timeout=60)
+        result, error = answers.get(timeout=60)
+    assert result is None and isinstance(error, InferenceServerException), (result, error)
     assert eventually(lambda: not any(pid_alive(pid) for pid in stubs), timeout=30)
     assert eventually(lambda: _served_by_another(up, -1), timeout=60)
 
