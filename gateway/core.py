@@ -59,7 +59,7 @@ from protos.logs import (
     request_id_parameter,
 )
 from protos.sequence import sequence_of
-from protos.status import Status, TurnoutError, invalid_arg, not_found, unavailable, unsupported
+from protos.status import Status, TurnoutError, invalid_arg, unavailable, unknown_model, unsupported
 from protos.validation import PLAIN_PARAMETERS
 
 logger = logging.getLogger(__name__)
@@ -73,8 +73,8 @@ LOAD_NOT_ALLOWED = "explicit model load / unload is not allowed if polling is en
 REPOSITORY_NAME_UNSUPPORTED = "'repository_name' specification is not supported"
 
 
-def unknown_model(name: str) -> TurnoutError:
-    return not_found(f"Request for unknown model: '{name}' is not found")
+def model_not_found(name: str) -> TurnoutError:
+    return unknown_model(f"Request for unknown model: '{name}' is not found")
 
 
 class Gateway:
@@ -243,7 +243,7 @@ class Gateway:
         decision = self._dispatcher.decide(model, request.model_version, context)
         version, served, arm = decision.version, decision.model, decision.arm
         if virtual and not served and decision.reason is not Reason.SEQUENCE:  # a version that is no arm
-            raise not_found(f"Request for unknown model: '{model}' version {request.model_version} is not found")
+            raise unknown_model(f"Request for unknown model: '{model}' version {request.model_version} is not found")
         if verbose:
             logger.debug("infer model '%s' version '%s' over %s", model, arm, protocol)
         try:
@@ -498,7 +498,7 @@ class Gateway:
         if client is None and self._registry.sidecars:
             client = self._registry.sidecars[0]  # answers Triton's own failure text
         if client is None:
-            raise unknown_model(model)
+            raise model_not_found(model)
         steps = await self._steps(model) if dependents and client.framework == ENSEMBLE_FRAMEWORK else []
         users = {ensemble: await self._steps(ensemble) for ensemble in await self._users(model)}
         unload = request or pb.RepositoryModelUnloadRequest(model_name=model)
@@ -665,7 +665,7 @@ class Gateway:
     async def _owner(self, model: str) -> SidecarClient:
         client = await self._registry.find(model)
         if client is None:
-            raise unknown_model(model)
+            raise model_not_found(model)
         return client
 
     async def _all(self, call: Callable[[SidecarClient], Awaitable[T]]) -> list[T]:

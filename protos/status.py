@@ -88,6 +88,9 @@ class Cause(enum.Enum):
     RESPONSE = "response"
     # A decoupled model asked for one answer (ModelInfer): Triton's HTTP front words it its own way.
     DECOUPLED = "decoupled"
+    # The model or version a request names is unknown or not READY: Triton's model lookup,
+    # which its HTTP front makes before it reads an infer body (and answers untyped).
+    UNKNOWN_MODEL = "unknown-model"
 
 
 # The gRPC trailing metadata key that carries a Cause (the lane has its own field).
@@ -103,6 +106,11 @@ def decoupled_refused() -> TurnoutError:
     return TurnoutError(
         Status.UNSUPPORTED, "ModelInfer RPC doesn't support models with decoupled transaction policy", Cause.DECOUPLED
     )
+
+
+def unknown_model(message: str, status: Status = Status.NOT_FOUND) -> TurnoutError:
+    """Triton's model lookup failed: `message` is its "Request for unknown model: ..." text."""
+    return TurnoutError(status, message, Cause.UNKNOWN_MODEL)
 
 
 def cause_named(text: str) -> Cause | None:

@@ -14,7 +14,7 @@ from protos import layout
 from protos import model_config_pb2 as mc
 from protos.cnum import parse_version
 from protos.statistics import VersionStatistics
-from protos.status import TurnoutError, internal, invalid_arg, not_found, unavailable
+from protos.status import Status, TurnoutError, internal, invalid_arg, unknown_model
 from protos.validation import Signature
 from sidecars.batcher import DynamicBatcher
 from sidecars.config import load_failure, normalize, poll_config, poll_failure
@@ -410,18 +410,20 @@ class ModelManager:
                     f" (model '{name}' is in the repository but not loaded; "
                     f"load it with POST /v2/repository/models/{name}/load)"
                 )
-            raise not_found(f"Request for unknown model: '{name}' is not found{hint}")
+            raise unknown_model(f"Request for unknown model: '{name}' is not found{hint}")
         if version < 0:
             for version in sorted(entry.versions, reverse=True):
                 slot = entry.versions[version]
                 if slot.state is State.READY and slot.loaded is not None:
                     return slot.loaded
-            raise not_found(f"Request for unknown model: '{name}' has no available versions")
+            raise unknown_model(f"Request for unknown model: '{name}' has no available versions")
         found = entry.versions.get(version)
         if found is None:
-            raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
+            raise unknown_model(f"Request for unknown model: '{name}' version {version} is not found")
         if found.state is not State.READY or found.loaded is None:
-            raise unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state")
+            raise unknown_model(
+                f"Request for unknown model: '{name}' version {version} is not at ready state", Status.UNAVAILABLE
+            )
         return found.loaded
 
     def is_model_ready(self, name: str, version_text: str) -> bool:

@@ -87,6 +87,11 @@ _CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|regist
 _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
 _TRACE_PATH = "/v2/trace/setting"
 _TRACE = "turnout.trace"  # the scope key under which a traced request's Trace waits for its send
+# The scope key set once Triton's handler for the request has typed its answer JSON. Before
+# that (a restricted API, a path no handler takes, health and readiness, an infer body
+# before it is parsed), Triton's answers, errors included, carry libevhtp's `text/plain`.
+_TYPED = "turnout.typed"
+_TEXT = {"Content-Type": "text/plain"}
 
 
 class _MethodNotAllowed(Exception):
@@ -134,12 +139,31 @@ def _json(value: Any, status: int = 200) -> Response:
     return Response(json_compact(value), status_code=status, media_type=_JSON)
 
 
-def _error(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
-    return Response(json_compact({"error": message}), status_code=status, media_type=_JSON, headers=headers)
+def _error(message: str, status: int, headers: dict[str, str] | None = None, typed: bool = True) -> Response:
+    body = json_compact({"error": message})
+    if typed:
+        return Response(body, status_code=status, media_type=_JSON, headers=headers)
+    return Response(body, status_code=status, headers={**_TEXT, **(headers or {})})
 
 
-def _empty(status: int = 200) -> Response:
-    return Response(status_code=status)
+def _empty(status: int = 200, typed: bool = False) -> Response:
+    return Response(status_code=status, media_type=_JSON) if typed else Response(status_code=status, headers=_TEXT)
+
+
+def _typed(request: Request) -> None:
+    """From here on, this request's answers are typed application/json (see _TYPED)."""
+    request.scope[_TYPED] = True
+
+
+def _typing(request: Request, too_large: TooLarge) -> TooLarge:
+    """`too_large` that first types the answer: Triton refuses an infer body's size while
+    it parses it, after the handler typed its answers."""
+
+    def refuse(size: int) -> TurnoutError:
+        _typed(request)
+        return too_large(size)
+
+    return refuse
 
 
 def _need(request: Request, *methods: str) -> None:
@@ -276,6 +300,7 @@ class HttpFront:
         raw_path = request.scope.get("raw_path")
         path = raw_path.decode("utf-8", errors="replace") if raw_path else request.url.path
         path = path.partition("?")[0]
+        scope = request.scope
         try:
             return await self._route(request, path)
         except TurnoutError as exc:
@@ -284,48 +309,58 @@ class HttpFront:
                 headers = {"Accept-Encoding": "gzip, deflate"}
             elif exc.message.endswith(QUEUE_FULL_SUFFIX):
                 headers = {"Retry-After": RETRY_AFTER_SECS}  # overload: tell the client when to come back
-            return _error(exc.message, exc.http_status, headers)
+            return _error(exc.message, exc.http_status, headers, scope.get(_TYPED, False))
         except _UnreadBody as exc:
-            return _error(exc.error.message, exc.error.http_status, {"Connection": "close"})
+            return _error(exc.error.message, exc.error.http_status, {"Connection": "close"}, scope.get(_TYPED, False))
         except _MethodNotAllowed as exc:
-            return _error("Method Not Allowed", 405, {"Allow": ", ".join(exc.allowed)})
+            return _error("Method Not Allowed", 405, {"Allow": ", ".join(exc.allowed)}, scope.get(_TYPED, False))
         except _Restricted as exc:
-            return _error(exc.message, 403)
+            return _error(exc.message, 403, typed=False)
         except _NotFound:
-            return _error("Not Found", 404)
+            return _error("Not Found", 404, typed=False)
         except (_ClientGone, ClientDisconnect):  # gone while we waited for its answer or its body
             logger.info("HTTP %s %s: the client went away; its request was cancelled", request.method, path)
             return _error("Request cancelled", 400)  # written nowhere: uvicorn drops it
         except Exception as exc:  # the client still gets Triton's error shape
             logger.exception("HTTP %s %s failed", request.method, path)
-            return _error(f"internal error: {exc}", 500)
+            return _error(f"internal error: {exc}", 500, typed=scope.get(_TYPED, False))
 
     async def _route(self, request: Request, path: str) -> Response:
         if path == "/v2/models/stats":
             self._allow(request, "statistics")
+            _typed(request)
             _need(request, "GET")
             return await self._statistics("", "")
         if path == "/v2/logging":
             self._allow(request, "logging")
+            _typed(request)
             return await self._logging(request)
         if match := _MODEL.fullmatch(path):
             name, version, kind = match.group(1), match.group(2) or "", match.group(3) or ""
             self._allow(request, _MODEL_GROUPS[kind])
+            if kind not in ("infer", "ready"):
+                _typed(request)
             return await self._model(request, name, version, kind)
         if match := _SERVER.fullmatch(path):
             self._allow(request, "metadata" if match.group(1) is None else "health")
+            if match.group(1) is None:
+                _typed(request)
             return await self._server(request, match.group(1))
         if match := _SYSTEM_SHM.fullmatch(path):
             self._allow(request, "shared-memory")
+            _typed(request)
             return await self._system_shm(request, match.group(1) or "", match.group(2))
         if match := _CUDA_SHM.fullmatch(path):
             self._allow(request, "shared-memory")
+            _typed(request)
             return await self._cuda_shm(request, match.group(1) or "", match.group(2))
         if match := _REPOSITORY.fullmatch(path):
             self._allow(request, "model-repository")
+            _typed(request)
             return await self._repository(request, match.group(1), match.group(3), match.group(4))
         if path == _TRACE_PATH:
             self._allow(request, "trace")
+            _typed(request)
             return await self._trace(request, "")
         raise _NotFound
 
@@ -353,7 +388,7 @@ class HttpFront:
         if kind == "ready":
             if await self._gateway.model_ready(ModelReadyRequest(name=name, version=version)):
                 return _empty()
-            return _error("Model version not ready", 400)
+            return _error("Model version not ready", 400, typed=False)
         if kind == "config":
             response = await self._gateway.model_config(ModelConfigRequest(name=name, version=version))
             return _json(messages.model_config(response.config))
@@ -376,11 +411,11 @@ class HttpFront:
         except TurnoutError:
             # Triton looks the model up before it reads the body: its refusal comes first.
             # Asked only here, so a well-formed request pays no extra round trip for it.
-            await self._refuse_model(name, version)
+            await self._refuse_model(request, name, version)
             raise
         except _UnreadBody:
             try:
-                await self._refuse_model(name, version)
+                await self._refuse_model(request, name, version)
             except TurnoutError as refusal:
                 raise _UnreadBody(refusal) from None
             raise
@@ -393,6 +428,8 @@ class HttpFront:
         try:
             encoded = await _while_connected(request, self._gateway.infer(infer_request, None, context))
         except TurnoutError as exc:
+            if exc.cause is Cause.DECOUPLED or exc.cause is Cause.UNKNOWN_MODEL:
+                request.scope[_TYPED] = False  # refusals Triton gives before it parses the body
             if exc.cause is Cause.DECOUPLED:
                 raise unsupported(_HTTP_DECOUPLED) from None
             raise
@@ -423,19 +460,22 @@ class HttpFront:
         declared = _declared_length(request)
         if encoding is None and declared is not None:
             header_length(header, declared)  # Triton checks the header's range before the body's size
-        body = await _read(request, limit, encoding, _infer_too_large(header, limit))
+        body = await _read(request, limit, encoding, _typing(request, _infer_too_large(header, limit)))
         json_length = header_length(header, len(body))
+        _typed(request)  # Triton's errors from parsing the body on are typed
         if json_length == 0:
             # The raw binary form names no input: gateway.core gives it the model's only one.
             return raw_binary_request(body, name, version)
         return parse_infer_request(body, json_length, name, version, limit, self._gateway.locate_shared_memory)
 
-    async def _refuse_model(self, name: str, version: str) -> None:
+    async def _refuse_model(self, request: Request, name: str, version: str) -> None:
         """Raise what Triton answers an HTTP infer for this model before it reads the
-        body: an unknown model or version, or a decoupled model."""
+        body, untyped as Triton answers it: an unknown model or version, or a decoupled model."""
+        typed = request.scope.pop(_TYPED, False)
         answer = await self._gateway.model_config(ModelConfigRequest(name=name, version=version))
         if answer.config.model_transaction_policy.decoupled:
             raise unsupported(_HTTP_DECOUPLED)
+        request.scope[_TYPED] = typed
 
     async def _generate(self, request: Request, name: str, version: str, stream: bool) -> Response:
         """Triton's generate extension: a flat JSON body in, the response as flat JSON; with
@@ -521,7 +561,7 @@ class HttpFront:
         document = await self._document(request)
         if model is not None and action == "unload":
             await self._gateway.unload_model(messages.unload_request(model, document))
-            return _empty()
+            return _empty(typed=True)
         if model is None:
             index = RepositoryIndexRequest()
             if isinstance(document, dict) and "ready" in document:
@@ -532,7 +572,7 @@ class HttpFront:
             response = await self._gateway.repository_index(index)
             return _json(messages.repository_index(response))
         await self._gateway.load_model(messages.load_request(model, document))
-        return _empty()
+        return _empty(typed=True)
 
     # --- shared memory ---
 
@@ -550,7 +590,7 @@ class HttpFront:
             await self._gateway.system_shm_register(messages.system_shm_register(region, document))
         else:
             await self._gateway.system_shm_unregister(SystemSharedMemoryUnregisterRequest(name=region))
-        return _empty()
+        return _empty(typed=True)
 
     async def _cuda_shm(self, request: Request, region: str, action: str) -> Response:
         if action == "status":
@@ -565,7 +605,7 @@ class HttpFront:
             await self._gateway.cuda_shm_register(messages.cuda_shm_register(region, await self._document(request)))
         else:
             await self._gateway.cuda_shm_unregister(CudaSharedMemoryUnregisterRequest(name=region))
-        return _empty()
+        return _empty(typed=True)
 
     # --- trace and logging ---
 

@@ -581,3 +581,49 @@ def test_a_batch_of_zero_rows_is_refused_as_triton_refuses_it(server: Server) ->
     response = httpx.post(f"http://{server.http}/v2/models/simple/infer", json=body, timeout=10)
     text = UNKNOWN_ID + "input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 0"
     assert (response.status_code, response.json()) == (400, {"error": text})
+
+
+SIMPLE_BODY = {
+    "inputs": [
+        {"name": name, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))} for name in ("INPUT0", "INPUT1")
+    ]
+}
+
+# What Triton 2.51 answered each request with (status, Content-Type), on loopback beside
+# turnout: its handlers type their answers application/json as they start, except health,
+# readiness and infer, whose answers keep libevhtp's text/plain until an infer body is
+# parsed; a path no handler takes is text/plain too.
+CONTENT_TYPES = [
+    ("GET", "/v2/health/live", b"", {}, 200, "text/plain"),
+    ("GET", "/v2/health/ready", b"", {}, 200, "text/plain"),
+    ("DELETE", "/v2/health/ready", b"", {}, 405, "text/plain"),
+    ("GET", "/v2/models/simple/ready", b"", {}, 200, "text/plain"),
+    ("GET", "/v2/models/nope/ready", b"", {}, 400, "text/plain"),
+    ("GET", "/v2/models/simple/versions/7/ready", b"", {}, 400, "text/plain"),
+    ("GET", "/nope", b"", {}, 404, "text/plain"),
+    ("GET", "/v2/models/simple/versions/abc", b"", {}, 404, "text/plain"),
+    ("GET", "/v2/models/simple/infer", b"", {}, 405, "text/plain"),
+    ("POST", "/v2/models/nope/infer", b"{}", {}, 404, "text/plain"),
+    ("POST", "/v2/models/nope/infer", json.dumps(SIMPLE_BODY).encode(), {}, 404, "text/plain"),
+    ("POST", "/v2/models/simple/versions/9/infer", json.dumps(SIMPLE_BODY).encode(), {}, 404, "text/plain"),
+    ("POST", "/v2/models/simple/infer", b"{}", {"Inference-Header-Content-Length": "-1"}, 400, "text/plain"),
+    ("POST", "/v2/models/simple/infer", b"{}", {"Content-Encoding": "br"}, 501, "text/plain"),
+    ("POST", "/v2/models/simple/infer", b"{", {}, 500, "application/json"),
+    ("POST", "/v2/models/simple/infer", b'{"inputs": [{"name": "X"}]}', {}, 400, "application/json"),
+    ("GET", "/v2", b"", {}, 200, "application/json"),
+    ("POST", "/v2", b"{}", {}, 405, "application/json"),
+    ("POST", "/v2/models/simple/config", b"", {}, 405, "application/json"),
+    ("GET", "/v2/models/nope/config", b"", {}, 404, "application/json"),
+    ("GET", "/v2/models/nope/stats", b"", {}, 400, "application/json"),
+    ("POST", "/v2/repository/index", b"{}", {}, 200, "application/json"),
+    ("GET", "/v2/trace/setting", b"", {}, 200, "application/json"),
+    ("GET", "/v2/logging", b"", {}, 200, "application/json"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "headers", "status", "content_type"), CONTENT_TYPES)
+def test_answers_are_typed_where_tritons_are(
+    server: Server, method: str, path: str, body: bytes, headers: dict[str, str], status: int, content_type: str
+) -> None:
+    response = httpx.request(method, f"http://{server.http}{path}", content=body, headers=headers)
+    assert (response.status_code, response.headers.get("content-type")) == (status, content_type)

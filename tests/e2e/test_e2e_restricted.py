@@ -91,6 +91,7 @@ def test_http_restricted_is_checked_before_the_method(restricted: Server) -> Non
     response = httpx.delete(f"http://{restricted.http}/v2/repository/index")
     assert response.status_code == 403
     assert response.json() == {"error": HTTP_REFUSED.format("admin-key")}
+    assert response.headers["content-type"] == "text/plain"  # refused before Triton's handler types it
     assert httpx.get(f"http://{restricted.http}/v2/logging", headers=dict(ADMIN)).status_code == 200
 
 
