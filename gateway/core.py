@@ -59,7 +59,7 @@ from protos.logs import (
     request_id_parameter,
 )
 from protos.sequence import sequence_of
-from protos.status import Status, TurnoutError, invalid_arg, unavailable, unknown_model, unsupported
+from protos.status import Status, TurnoutError, invalid_arg, model_not_found, unavailable, unsupported
 from protos.validation import PLAIN_PARAMETERS
 
 logger = logging.getLogger(__name__)
@@ -71,10 +71,6 @@ Asked = TypeVar("Asked", pb.ModelMetadataRequest, pb.ModelConfigRequest)  # name
 SERVER_EXITING = "Server exiting"
 LOAD_NOT_ALLOWED = "explicit model load / unload is not allowed if polling is enabled"
 REPOSITORY_NAME_UNSUPPORTED = "'repository_name' specification is not supported"
-
-
-def model_not_found(name: str) -> TurnoutError:
-    return unknown_model(f"Request for unknown model: '{name}' is not found")
 
 
 class Gateway:
@@ -243,7 +239,7 @@ class Gateway:
         decision = self._dispatcher.decide(model, request.model_version, context)
         version, served, arm = decision.version, decision.model, decision.arm
         if virtual and not served and decision.reason is not Reason.SEQUENCE:  # a version that is no arm
-            raise unknown_model(f"Request for unknown model: '{model}' version {request.model_version} is not found")
+            raise model_not_found(model, request.model_version)
         if verbose:
             logger.debug("infer model '%s' version '%s' over %s", model, arm, protocol)
         try:

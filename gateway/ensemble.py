@@ -24,7 +24,7 @@ from protos import model_config_pb2 as mc
 from protos.datatypes import BY_NAME
 from protos.ensemble_steps import check_step_configs
 from protos.statistics import BatchTimes, VersionStatistics
-from protos.status import TurnoutError, decoupled_refused, invalid_arg, unknown_model, unsupported
+from protos.status import TurnoutError, decoupled_refused, invalid_arg, model_not_found, unsupported
 from protos.validation import ValidRequest, validate
 
 ENSEMBLE_FRAMEWORK = "ensemble"
@@ -203,7 +203,7 @@ class Ensembles:
     async def _plan(self, model: str, version: str) -> Plan:
         owner = self._registry.owner(model)
         if owner is None:
-            raise unknown_model(f"Request for unknown model: '{model}' is not found")
+            raise model_not_found(model)
         if not version:
             version = self._newest_version(model)
         if not version:  # the registry does not know the READY versions (poll mode): ask

@@ -113,6 +113,12 @@ def unknown_model(message: str, status: Status = Status.NOT_FOUND) -> TurnoutErr
     return TurnoutError(status, message, Cause.UNKNOWN_MODEL)
 
 
+def model_not_found(name: str, version: str | int = "") -> TurnoutError:
+    """Triton's lookup of a model, or of one version of it, found none."""
+    which = f"'{name}' version {version}" if version != "" else f"'{name}'"
+    return unknown_model(f"Request for unknown model: {which} is not found")
+
+
 def cause_named(text: str) -> Cause | None:
     """The Cause a peer sent; None for none, or for one this side does not know."""
     try:

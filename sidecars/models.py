@@ -14,7 +14,7 @@ from protos import layout
 from protos import model_config_pb2 as mc
 from protos.cnum import parse_version
 from protos.statistics import VersionStatistics
-from protos.status import Status, TurnoutError, internal, invalid_arg, unknown_model
+from protos.status import Status, TurnoutError, internal, invalid_arg, model_not_found, unknown_model
 from protos.validation import Signature
 from sidecars.batcher import DynamicBatcher
 from sidecars.config import load_failure, normalize, poll_config, poll_failure
@@ -419,7 +419,7 @@ class ModelManager:
             raise unknown_model(f"Request for unknown model: '{name}' has no available versions")
         found = entry.versions.get(version)
         if found is None:
-            raise unknown_model(f"Request for unknown model: '{name}' version {version} is not found")
+            raise model_not_found(name, version)
         if found.state is not State.READY or found.loaded is None:
             raise unknown_model(
                 f"Request for unknown model: '{name}' version {version} is not at ready state", Status.UNAVAILABLE

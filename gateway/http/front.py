@@ -87,10 +87,13 @@ _CUDA_SHM = re.compile(r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|regist
 _REPOSITORY = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
 _TRACE_PATH = "/v2/trace/setting"
 _TRACE = "turnout.trace"  # the scope key under which a traced request's Trace waits for its send
-# The scope key set once Triton's handler for the request has typed its answer JSON. Before
-# that (a restricted API, a path no handler takes, health and readiness, an infer body
-# before it is parsed), Triton's answers, errors included, carry libevhtp's `text/plain`.
+# The scope key that says whether Triton would have typed this request's answer JSON by now:
+# its handlers do as they start, errors included, but for health, readiness and infer (until
+# the body is parsed); a restricted API's refusal and a path no handler takes are never
+# typed. An untyped answer carries libevhtp's default `text/plain`.
 _TYPED = "turnout.typed"
+# Model routes whose handlers do not type their answers as they start.
+_UNTYPED_MODEL_KINDS = frozenset(("infer", "ready"))
 _TEXT = {"Content-Type": "text/plain"}
 
 
@@ -150,22 +153,6 @@ def _empty(status: int = 200, typed: bool = False) -> Response:
     return Response(status_code=status, media_type=_JSON) if typed else Response(status_code=status, headers=_TEXT)
 
 
-def _typed(request: Request) -> None:
-    """From here on, this request's answers are typed application/json (see _TYPED)."""
-    request.scope[_TYPED] = True
-
-
-def _typing(request: Request, too_large: TooLarge) -> TooLarge:
-    """`too_large` that first types the answer: Triton refuses an infer body's size while
-    it parses it, after the handler typed its answers."""
-
-    def refuse(size: int) -> TurnoutError:
-        _typed(request)
-        return too_large(size)
-
-    return refuse
-
-
 def _need(request: Request, *methods: str) -> None:
     if request.method not in methods:
         raise _MethodNotAllowed(methods)
@@ -177,20 +164,26 @@ def _declared_length(request: Request) -> int | None:
     return int(value) if value is not None else None
 
 
-def _infer_too_large(header: str | None, limit: int) -> TooLarge:
+def _infer_too_large(request: Request, header: str | None, limit: int) -> TooLarge:
     """How Triton words an infer body over the limit, by what the body holds: all JSON,
-    a JSON header of its own size (Inference-Header-Content-Length), or raw binary."""
+    a JSON header of its own size (Inference-Header-Content-Length), or raw binary. Triton
+    refuses the size as it parses the body, so the answer is typed."""
     try:
         json_length = int(header) if header is not None else None
     except ValueError:
         json_length = -1
-    if json_length is None:
-        return partial(json_too_large, limit=limit)
-    if json_length == 0:
-        return partial(raw_input_too_large, limit=limit)
-    if json_length > limit:
-        return lambda _size: json_too_large(json_length, limit)  # the header alone is too large
-    return partial(request_too_large, limit=limit)
+
+    def refuse(size: int) -> TurnoutError:
+        request.scope[_TYPED] = True
+        if json_length is None:
+            return json_too_large(size, limit)
+        if json_length == 0:
+            return raw_input_too_large(size, limit)
+        if json_length > limit:
+            return json_too_large(json_length, limit)  # the header alone is too large
+        return request_too_large(size, limit)
+
+    return refuse
 
 
 async def _read(request: Request, limit: int, encoding: str | None, too_large: TooLarge) -> bytes:
@@ -301,6 +294,7 @@ class HttpFront:
         path = raw_path.decode("utf-8", errors="replace") if raw_path else request.url.path
         path = path.partition("?")[0]
         scope = request.scope
+        scope[_TYPED] = True  # as most of Triton's handlers; _route says where not
         try:
             return await self._route(request, path)
         except TurnoutError as exc:
@@ -309,11 +303,11 @@ class HttpFront:
                 headers = {"Accept-Encoding": "gzip, deflate"}
             elif exc.message.endswith(QUEUE_FULL_SUFFIX):
                 headers = {"Retry-After": RETRY_AFTER_SECS}  # overload: tell the client when to come back
-            return _error(exc.message, exc.http_status, headers, scope.get(_TYPED, False))
+            return _error(exc.message, exc.http_status, headers, scope[_TYPED])
         except _UnreadBody as exc:
-            return _error(exc.error.message, exc.error.http_status, {"Connection": "close"}, scope.get(_TYPED, False))
+            return _error(exc.error.message, exc.error.http_status, {"Connection": "close"}, scope[_TYPED])
         except _MethodNotAllowed as exc:
-            return _error("Method Not Allowed", 405, {"Allow": ", ".join(exc.allowed)}, scope.get(_TYPED, False))
+            return _error("Method Not Allowed", 405, {"Allow": ", ".join(exc.allowed)}, scope[_TYPED])
         except _Restricted as exc:
             return _error(exc.message, 403, typed=False)
         except _NotFound:
@@ -323,44 +317,36 @@ class HttpFront:
             return _error("Request cancelled", 400)  # written nowhere: uvicorn drops it
         except Exception as exc:  # the client still gets Triton's error shape
             logger.exception("HTTP %s %s failed", request.method, path)
-            return _error(f"internal error: {exc}", 500, typed=scope.get(_TYPED, False))
+            return _error(f"internal error: {exc}", 500, typed=scope[_TYPED])
 
     async def _route(self, request: Request, path: str) -> Response:
         if path == "/v2/models/stats":
             self._allow(request, "statistics")
-            _typed(request)
             _need(request, "GET")
             return await self._statistics("", "")
         if path == "/v2/logging":
             self._allow(request, "logging")
-            _typed(request)
             return await self._logging(request)
         if match := _MODEL.fullmatch(path):
             name, version, kind = match.group(1), match.group(2) or "", match.group(3) or ""
             self._allow(request, _MODEL_GROUPS[kind])
-            if kind not in ("infer", "ready"):
-                _typed(request)
+            request.scope[_TYPED] = kind not in _UNTYPED_MODEL_KINDS
             return await self._model(request, name, version, kind)
         if match := _SERVER.fullmatch(path):
             self._allow(request, "metadata" if match.group(1) is None else "health")
-            if match.group(1) is None:
-                _typed(request)
+            request.scope[_TYPED] = match.group(1) is None  # metadata; health is untyped
             return await self._server(request, match.group(1))
         if match := _SYSTEM_SHM.fullmatch(path):
             self._allow(request, "shared-memory")
-            _typed(request)
             return await self._system_shm(request, match.group(1) or "", match.group(2))
         if match := _CUDA_SHM.fullmatch(path):
             self._allow(request, "shared-memory")
-            _typed(request)
             return await self._cuda_shm(request, match.group(1) or "", match.group(2))
         if match := _REPOSITORY.fullmatch(path):
             self._allow(request, "model-repository")
-            _typed(request)
             return await self._repository(request, match.group(1), match.group(3), match.group(4))
         if path == _TRACE_PATH:
             self._allow(request, "trace")
-            _typed(request)
             return await self._trace(request, "")
         raise _NotFound
 
@@ -428,9 +414,10 @@ class HttpFront:
         try:
             encoded = await _while_connected(request, self._gateway.infer(infer_request, None, context))
         except TurnoutError as exc:
-            if exc.cause is Cause.DECOUPLED or exc.cause is Cause.UNKNOWN_MODEL:
-                request.scope[_TYPED] = False  # refusals Triton gives before it parses the body
-            if exc.cause is Cause.DECOUPLED:
+            if exc.cause is Cause.UNKNOWN_MODEL:
+                request.scope[_TYPED] = False  # Triton looks the model up before it parses the body
+            elif exc.cause is Cause.DECOUPLED:
+                request.scope[_TYPED] = False
                 raise unsupported(_HTTP_DECOUPLED) from None
             raise
         response = ModelInferResponse.FromString(encoded)
@@ -460,9 +447,9 @@ class HttpFront:
         declared = _declared_length(request)
         if encoding is None and declared is not None:
             header_length(header, declared)  # Triton checks the header's range before the body's size
-        body = await _read(request, limit, encoding, _typing(request, _infer_too_large(header, limit)))
+        body = await _read(request, limit, encoding, _infer_too_large(request, header, limit))
         json_length = header_length(header, len(body))
-        _typed(request)  # Triton's errors from parsing the body on are typed
+        request.scope[_TYPED] = True  # Triton's errors from parsing the body on are typed
         if json_length == 0:
             # The raw binary form names no input: gateway.core gives it the model's only one.
             return raw_binary_request(body, name, version)
@@ -471,11 +458,13 @@ class HttpFront:
     async def _refuse_model(self, request: Request, name: str, version: str) -> None:
         """Raise what Triton answers an HTTP infer for this model before it reads the
         body, untyped as Triton answers it: an unknown model or version, or a decoupled model."""
-        typed = request.scope.pop(_TYPED, False)
-        answer = await self._gateway.model_config(ModelConfigRequest(name=name, version=version))
-        if answer.config.model_transaction_policy.decoupled:
-            raise unsupported(_HTTP_DECOUPLED)
-        request.scope[_TYPED] = typed
+        try:
+            answer = await self._gateway.model_config(ModelConfigRequest(name=name, version=version))
+            if answer.config.model_transaction_policy.decoupled:
+                raise unsupported(_HTTP_DECOUPLED)
+        except TurnoutError:
+            request.scope[_TYPED] = False
+            raise
 
     async def _generate(self, request: Request, name: str, version: str, stream: bool) -> Response:
         """Triton's generate extension: a flat JSON body in, the response as flat JSON; with

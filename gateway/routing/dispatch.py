@@ -29,7 +29,7 @@ from gateway.tracing.trace import Trace
 from gateway.upstream import SidecarClient, SidecarUnreachable
 from protos import grpc_service_pb2 as pb
 from protos.sequence import SequenceFlags
-from protos.status import Cause, TurnoutError, not_found, unavailable, unknown_model
+from protos.status import Cause, TurnoutError, model_not_found, not_found, unavailable
 from protos.trace import take_report, trace_parameter
 from protos.wire import length_delimited
 
@@ -197,7 +197,7 @@ class Dispatcher:
             await self._registry.find(model)  # an unknown name may be new: look once more
             candidates = self._registry.replicas(model, version)
         if not candidates:
-            raise unknown_model(f"Request for unknown model: '{model}' is not found")
+            raise model_not_found(model)
         return candidates
 
     async def forward(

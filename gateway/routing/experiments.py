@@ -14,7 +14,7 @@ from gateway.registry import ModelRegistry
 from gateway.routing.policy_sources import PolicyStore
 from gateway.routing.versions import ModelPolicy, arm_target
 from protos import grpc_service_pb2 as pb
-from protos.status import unknown_model
+from protos.status import model_not_found
 
 NOT_READY = "no ready replica serves this arm"
 
@@ -67,7 +67,7 @@ class Experiments:
             if requested not in policy.arms():
                 if self._registry.replicas(model, ""):
                     return None
-                raise unknown_model(f"Request for unknown model: '{model}' version {requested} is not found")
+                raise model_not_found(model, requested)
             chosen = requested
         else:
             ready = self.ready_arms(model)
