@@ -45,25 +45,118 @@ def parse_json(buffer: bytes | memoryview, raw_strings: bool = False) -> Any:
     byte order mark before it is skipped, and an escaped high surrogate must have its low
     one. A document nested deeper than Python's parser recurses is parsed as
     `nesting.prune` leaves it, as Triton parses any depth and reads only the fields it needs."""
-    data = bytes(buffer) if isinstance(buffer, memoryview) else buffer
-    end = data.find(b"\0")
-    if end >= 0:  # rapidjson reads a NUL as the end of its input, whatever follows it
-        data = data[:end]
-    skipped = len(_BOM) if data.startswith(_BOM) else 0  # rapidjson's offsets count it
-    data = data[skipped:]
+    data, skipped = _as_read(buffer)
     try:
         try:
             value = _loads(data, raw_strings)
         except RecursionError:
             value = _loads(nesting.prune(data), raw_strings)
     except _JsonFault as fault:
-        # Python's parser takes a lone high surrogate; rapidjson stops at the first one.
+        # Python's parser takes a lone high surrogate, and a number too big for a double;
+        # rapidjson stops at the first of either.
         text, offset = _surrogate_fault(data, fault.offset) or (fault.text, fault.offset)
-        raise internal(f"failed to parse the request JSON buffer: {text} at {offset + skipped}") from None
+        big = _too_big_number(data, offset)
+        if big is not None:
+            text, offset = _TOO_BIG, big
+        raise _parse_error(text, offset, skipped) from None
     lone = _surrogate_fault(data, len(data) + 1) if b"\\u" in data else None
     if lone is not None:
-        raise internal(f"failed to parse the request JSON buffer: {lone[0]} at {lone[1] + skipped}")
+        big = _too_big_number(data, lone[1])
+        text, offset = (_TOO_BIG, big) if big is not None else lone
+        raise _parse_error(text, offset, skipped)
     return value
+
+
+def _as_read(buffer: bytes | memoryview) -> tuple[bytes, int]:
+    """The bytes rapidjson reads of a buffer, and how many it skipped before them (its
+    offsets count them): up to the first NUL, which it reads as the end of its input, and
+    after a UTF-8 byte order mark."""
+    data = bytes(buffer) if isinstance(buffer, memoryview) else buffer
+    end = data.find(b"\0")
+    if end >= 0:
+        data = data[:end]
+    skipped = len(_BOM) if data.startswith(_BOM) else 0
+    return data[skipped:], skipped
+
+
+def _parse_error(text: str, offset: int, skipped: int) -> TurnoutError:
+    return internal(f"failed to parse the request JSON buffer: {text} at {offset + skipped}")
+
+
+_TOO_BIG = "Number too big to be stored in double."
+# A string (skipped whole) or a number, as rapidjson's reader meets them in valid JSON.
+_STRING_OR_NUMBER = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?', re.DOTALL)
+_UINT64_TENTH, _INT64_TENTH = 0x1999999999999999, 0x0CCCCCCCCCCCCCCC  # past them, a digit overflows
+_EXACT = 2**53 - 1  # rapidjson's fast path keeps a fraction's digits exact up to here
+_DOUBLE_TENTH = 1.7976931348623157e307  # DBL_MAX / 10
+
+
+def refuse_too_big_number(buffer: bytes | memoryview) -> None:
+    """Raise Triton's parse error if the JSON document holds a number rapidjson refuses as
+    too big for a double. Python's parser reads such a number as infinity, or as an integer
+    of any size, so a caller asks where the document fails for another reason: rapidjson
+    would have stopped at the number first."""
+    data, skipped = _as_read(buffer)
+    big = _too_big_number(data, len(data))
+    if big is not None:
+        raise _parse_error(_TOO_BIG, big, skipped)
+
+
+def _too_big_number(data: bytes, before: int) -> int | None:
+    """The offset of the first number before `before` that rapidjson refuses as too big."""
+    for match in _STRING_OR_NUMBER.finditer(data, 0, before):
+        token = match.group()
+        if token[:1] != b'"' and _too_big(token):
+            return match.start()  # rapidjson reports where the number starts
+    return None
+
+
+def _too_big(number: bytes) -> bool:
+    """Whether rapidjson (ParseNumber, as Triton builds it) refuses a JSON number as too big
+    for a double: an integer part past 64 bits goes on as a double, which may take no digit
+    once it reaches DBL_MAX / 10; a positive exponent may not pass 308 plus the fraction
+    digits it counted. A value that overflows otherwise is taken (as infinity)."""
+    minus = number[:1] == b"-"
+    mantissa, _, exponent = number[minus:].lower().partition(b"e")
+    whole, _, fraction = mantissa.partition(b".")
+    tenth, last = (_INT64_TENTH, 8) if minus else (_UINT64_TENTH, 5)
+    exact, significant, double = 0, -1, None  # rapidjson does not count the first digit
+    for digit in whole:
+        digit -= 48
+        if double is None and exact >= tenth and (exact != tenth or digit > last):
+            double = float(exact)
+        if double is None:
+            exact = exact * 10 + digit
+            significant += 1
+        elif double >= _DOUBLE_TENTH:
+            return True
+        else:
+            double = double * 10 + digit
+    counted = 0  # fraction digits rapidjson counts (it drops those past 17 significant ones)
+    if fraction and double is None:
+        for digit in fraction:
+            if exact > _EXACT:
+                break
+            exact = exact * 10 + digit - 48
+            counted += 1
+            significant += exact != 0
+        value = float(exact)
+        for digit in fraction[counted:]:
+            if significant < 17:
+                value = value * 10 + digit - 48
+                counted += 1
+                significant += value > 0
+    if not exponent or exponent[:1] == b"-":
+        return False
+    digits = exponent.lstrip(b"+")
+    if not digits:
+        return False
+    power = digits[0] - 48
+    for digit in digits[1:]:
+        power = power * 10 + digit - 48
+        if power > 308 + counted:
+            return True
+    return False
 
 
 class _JsonFault(Exception):

@@ -29,6 +29,7 @@ from gateway.http.encoding import (
     parse_json,
     raw_input_too_large,
     read_body,
+    refuse_too_big_number,
     request_too_large,
     response_encoding,
 )
@@ -272,7 +273,11 @@ class HttpFront:
         body = await _read(request, limit, None, partial(json_too_large, limit=limit))
         if not required and not body.strip():
             return None
-        return parse_json(body)
+        document = parse_json(body)
+        # Python reads a number too big for a double as infinity (or an integer of any
+        # size); rapidjson refuses it. Unlike an infer body, asked of every document.
+        refuse_too_big_number(body)
+        return document
 
     def _allow(self, request: Request, group: str) -> None:
         """Refuse a restricted API unless the request carries its header and value."""

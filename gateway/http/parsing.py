@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.http.encoding import parse_json
+from gateway.http.encoding import parse_json, refuse_too_big_number
 from gateway.settings import GatewaySettings
 from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferRequest
@@ -129,6 +129,7 @@ def parse_infer_request(
     # element reaches the model as sent.
     document = parse_json(header, raw_strings=True)
     if not isinstance(document, dict):  # TritonJson finds no member in it: 'inputs' is the first it must have
+        refuse_too_big_number(header)
         raise _missing("inputs")
     try:
         return _request_of(document, body, json_end, model_name, model_version, max_input_size, locate)
@@ -136,6 +137,11 @@ def parse_infer_request(
         # Such bytes in a name or a parameter: no protobuf string can carry them.
         at = _not_utf8(header)
         raise internal(f"failed to parse the request JSON buffer: Invalid encoding in string. at {at}") from None
+    except (TurnoutError, OverflowError):
+        # A number too big for a double (read by Python as infinity, or as an integer too
+        # large to convert) stops rapidjson before Triton reads any field: that error first.
+        refuse_too_big_number(header)
+        raise
 
 
 def _not_utf8(data: bytes | memoryview) -> int:

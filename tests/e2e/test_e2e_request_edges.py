@@ -101,6 +101,34 @@ def test_deeply_nested_repository_index(server: Server, body: bytes, status: int
     assert {"name": "simple", "version": "1", "state": "READY"} in response.json()
 
 
+_TOO_BIG = "failed to parse the request JSON buffer: Number too big to be stored in double. at {}"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "offset"),
+    [
+        # an integer past a double's range in FP32 data: an internal error here before
+        (
+            "/v2/models/identity_fp32/infer",
+            b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[' + b"9" * 400 + b"]}]}",
+            68,
+        ),
+        ("/v2/models/simple/infer", b'{"id":1e999,"inputs":[]}', 6),  # before the id's type
+        ("/v2/logging", b'{"log_verbose_level":0,"x":1e999}', 27),  # in a field no one reads
+        ("/v2/trace/setting", b'{"trace_rate":1e999}', 14),
+        ("/v2/repository/index", b'{"ready":-1e999}', 9),
+    ],
+)
+def test_a_number_too_big_for_a_double_is_refused_as_rapidjson_refuses_it(
+    server: Server, path: str, body: bytes, offset: int
+) -> None:
+    # Each Triton 2.51's answer to the same body (Python reads such a number as infinity).
+    response = _post(server, path, body)
+    assert (response.status_code, response.json()) == (500, {"error": _TOO_BIG.format(offset)})
+    assert _post(server, "/v2/logging", b"{}").json()["log_verbose_level"] == 0  # nothing was changed
+    assert_http_serves(server.http)
+
+
 @pytest.mark.parametrize(
     ("shape", "datatype", "text"),
     [

@@ -748,6 +748,85 @@ def test_json_faults_are_reported_where_rapidjson_stops(body: bytes, text: str, 
         assert err.message == f"failed to parse the request JSON buffer: {text} at {offset}"
 
 
+# JSON numbers and whether Triton 2.51 (rapidjson) refuses each as "Number too big to be
+# stored in double.", each checked there as the first element of an INT32 input's data.
+_Z309, _M309, _N309 = "1" + "0" * 308, "17976931348623157" + "0" * 292, "2" + "0" * 308
+TOO_BIG_NUMBERS = [
+    ("1e309", True),
+    ("1E+309", True),
+    ("1e0309", True),
+    ("-1e999", True),
+    ("0e999", True),
+    ("-0e999", True),
+    ("0.0e400", True),
+    ("1e0000000309", True),
+    (_N309, True),
+    ("9" * 400, True),
+    ("1.00000000000000000000001e326", True),
+    ("0.000000000000000000000000000001e339", True),
+    ("1.23456789012345678e326", True),
+    # an exponent may pass 308 by the fraction digits rapidjson counted (up to 17 significant);
+    # a value that overflows some other way is taken, as infinity
+    ("1e308", False),
+    ("1.5e308", False),
+    ("1.5e309", False),
+    ("10e308", False),
+    ("0.00001e312", False),
+    ("-0.0e309", False),
+    ("1.5e0000000309", False),
+    ("1.00000000000000000000001e325", False),
+    ("0.000000000000000000000000000001e338", False),
+    ("12345678901234567890e300", False),
+    ("-18446744073709551616e308", False),
+    ("1.2345678901234567e309", False),
+    ("1.23456789012345678e325", False),
+    ("1e-999", False),
+    (_Z309, False),
+    (_M309, False),
+]
+
+
+@pytest.mark.parametrize(("number", "too_big"), TOO_BIG_NUMBERS)
+def test_numbers_too_big_for_a_double_are_refused_as_rapidjson_refuses_them(number: str, too_big: bool) -> None:
+    ones = ",".join(["1"] * 15)
+    body = (
+        f'{{"inputs":[{{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":[{number},{ones}]}},'
+        f'{{"name":"INPUT1","shape":[1,16],"datatype":"INT32","data":[1,{ones}]}}]}}'
+    ).encode()
+    err = error_of(parse_infer_request, body, None, "simple", "")
+    if too_big:
+        assert err.message == "failed to parse the request JSON buffer: Number too big to be stored in double. at 70"
+    else:  # not an integer: the INT32 input refuses it, as Triton's does
+        assert err.message == "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+
+
+@pytest.mark.parametrize(
+    ("body", "offset"),
+    [
+        (b'{"id":1e999,"inputs":[]}', 6),  # before a field's type is checked
+        (b'{"inputs":[{"name":"I","shape":[1e999],"datatype":"INT32","data":[1]}]}', 32),
+        (b'{"inputs":[{"name":"I","shape":[1],"datatype":"FP32","data":[' + b"9" * 400 + b"]}]}", 61),
+        (b"[1e999]", 1),  # a document that is no object
+        (b'\xef\xbb\xbf{"id":1e999}', 9),  # a byte order mark is counted
+        (b'{"a":"1e999\\"","id":2e999}', 20),  # in a string, not a number
+        (b'{"a":1e999,', 5),  # before a fault further on
+        (b'{"a":1e999,"b":"\\ud800"}', 5),  # before a lone surrogate
+    ],
+)
+def test_a_number_too_big_for_a_double_is_the_first_fault(body: bytes, offset: int) -> None:
+    # Each Triton 2.51's answer to the same infer body. Python reads such a number as
+    # infinity, or an integer too large to convert (an internal error before).
+    err = error_of(parse_infer_request, body, None, "simple", "")
+    assert err.message == f"failed to parse the request JSON buffer: Number too big to be stored in double. at {offset}"
+
+
+def test_a_fault_before_a_number_too_big_is_reported_first() -> None:
+    err = error_of(parse_json, b'{"b":"\\ud800","a":1e999}')
+    assert err.message == "failed to parse the request JSON buffer: The surrogate pair in string is invalid. at 6"
+    err = error_of(parse_json, b'{"b":tru,"a":1e999}')
+    assert err.message == "failed to parse the request JSON buffer: Invalid value. at 8"
+
+
 def test_what_rapidjson_takes_and_python_would_not_or_the_reverse() -> None:
     assert parse_json(b'\xef\xbb\xbf{"a": 1}', raw_strings=True) == {"a": 1}
     assert parse_json(b'{"a": "\\uD800\\uDC00 \\udc00 \\\\ud800"}') == {"a": "\U00010000 \udc00 \\ud800"}
