@@ -38,6 +38,8 @@ def parse_text(path: Path) -> mc.ModelConfig:
 
 def parse_override(text: str) -> mc.ModelConfig:
     """A load request's `config` parameter: protobuf JSON, possibly partial, ints as strings."""
+    if not text.lstrip(" \t\n\r").startswith("{"):  # protobuf's parser takes an empty array as no fields
+        raise invalid_arg("Invalid config override: a model configuration is a JSON object.")
     config = mc.ModelConfig()
     try:
         json_format.Parse(text, config)

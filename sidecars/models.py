@@ -219,8 +219,8 @@ class ModelManager:
         uploaded = None
         localized = None
         if files:
-            if override is None:
-                raise invalid_arg(f"failed to load '{name}', config must be provided when model files are provided")
+            if override is None:  # Triton's poll refuses it (its log says why; our answer does too)
+                raise poll_failure(name, "Load parameter 'config' must be specified for model file override")
             uploaded = await asyncio.to_thread(UploadedModel, name, files)
             folder, fingerprint = uploaded.path, Fingerprint()
         else:

@@ -14,7 +14,7 @@ from pathlib import Path
 from protos import layout
 from protos import model_config_pb2 as mc
 from protos.remote import RemoteError, RemoteModel, RemoteRepository, is_remote, parse_location
-from sidecars.config import load_failure
+from sidecars.config import load_failure, poll_failure
 
 log = logging.getLogger(__name__)
 
@@ -239,9 +239,12 @@ class UploadedModel:
         self.path.mkdir()
         try:
             for relative, content in files.items():
-                target = (self.path / relative).resolve()
+                # Joined as Triton joins paths: a leading '/' starts inside the model's folder.
+                target = (self.path / relative.lstrip("/")).resolve()
                 if not target.is_relative_to(self.path.resolve()) or target == self.path.resolve():
-                    raise load_failure(model, f"invalid file path '{relative}'")
+                    raise poll_failure(
+                        model, f"Invalid file parameter 'file:{relative}' must stay within model directory."
+                    )
                 try:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(content)

@@ -261,6 +261,48 @@ def test_load_rejects_overlong_file_name(explicit_server: Server) -> None:
     assert_grpc_serves(explicit_server.grpc)
 
 
+_POLL_FAILED = "failed to load 'identity_fp32', failed to poll from model repository"
+
+
+@pytest.mark.parametrize(
+    ("parameters", "reason"),
+    [
+        ({"config": "[]"}, "Invalid config override: a model configuration is a JSON object."),
+        ({"config": "5"}, "Invalid config override: a model configuration is a JSON object."),
+        ({"file:1/model.onnx": "AAAA"}, "Load parameter 'config' must be specified for model file override"),
+        (
+            {"config": "{}", "file:../escaped": "AAAA"},
+            "Invalid file parameter 'file:../escaped' must stay within model directory.",
+        ),
+    ],
+)
+def test_loads_triton_s_poll_refuses(explicit_server: Server, parameters: dict[str, str], reason: str) -> None:
+    """Triton 2.51 answers each with its poll's failure (500, the reason in its log; ours
+    gives it too), and the loaded model stays as it was."""
+    url = f"http://{explicit_server.http}/v2/repository/models/identity_fp32/load"
+    assert httpx.post(url, timeout=60).status_code == 200
+    with httpclient.InferenceServerClient(explicit_server.http) as client:
+        try:
+            response = httpx.post(url, json={"parameters": parameters}, timeout=60)
+            assert (response.status_code, response.json()) == (500, {"error": f"{_POLL_FAILED}: {reason}"})
+            assert client.is_model_ready("identity_fp32") is True
+        finally:
+            client.unload_model("identity_fp32")  # as the other tests of this server expect it
+
+
+def test_a_file_path_from_the_root_lands_in_the_model_folder(explicit_server: Server, tmp_path: Path) -> None:
+    """Triton joins `file:/1/model.onnx` under the model's folder, as `file:1/model.onnx`."""
+    model = base64.b64encode(onnx_identity_bytes(tmp_path)).decode()
+    parameters = {"config": _upload_config("uploaded_rooted"), "file:/1/model.onnx": model}
+    url = f"http://{explicit_server.http}/v2/repository/models/uploaded_rooted/load"
+    response = httpx.post(url, json={"parameters": parameters}, timeout=60)
+    assert response.status_code == 200, response.text
+    with httpclient.InferenceServerClient(explicit_server.http) as client:
+        assert client.is_model_ready("uploaded_rooted") is True
+        client.unload_model("uploaded_rooted")
+    assert not Path("/1/model.onnx").exists()
+
+
 @pytest.mark.parametrize(
     ("body", "text"),
     [
