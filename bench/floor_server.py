@@ -137,7 +137,10 @@ async def serve(host: str = "127.0.0.1") -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
-    http_server = uvicorn.Server(uvicorn.Config(http_app, lifespan="off", log_config=None, access_log=False))
+    config = uvicorn.Config(
+        http_app, lifespan="off", log_config=None, access_log=False, server_header=False, date_header=False
+    )
+    http_server = uvicorn.Server(config)  # answers headed as turnout's
     task = asyncio.create_task(http_server.serve(sockets=[sock]))
     while not http_server.started and not task.done():
         await asyncio.sleep(0.01)

@@ -333,6 +333,8 @@ async def serve(
                 lifespan="off",
                 ws="none",
                 proxy_headers=False,  # forwarded headers change nothing turnout reads
+                server_header=False,  # Triton's answers carry neither
+                date_header=False,
                 log_config=None,
                 access_log=False,
                 timeout_graceful_shutdown=max(1, round(settings.exit_timeout_secs)),

@@ -627,3 +627,4 @@ def test_answers_are_typed_where_tritons_are(
 ) -> None:
     response = httpx.request(method, f"http://{server.http}{path}", content=body, headers=headers)
     assert (response.status_code, response.headers.get("content-type")) == (status, content_type)
+    assert "server" not in response.headers and "date" not in response.headers  # nor do Triton's
