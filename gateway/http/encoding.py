@@ -84,8 +84,7 @@ def _parse_error(text: str, offset: int, skipped: int) -> TurnoutError:
 
 
 _TOO_BIG = "Number too big to be stored in double."
-# A string (skipped whole) or a number, as rapidjson's reader meets them in valid JSON.
-_STRING_OR_NUMBER = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?', re.DOTALL)
+_NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?")
 _UINT64_TENTH, _INT64_TENTH = 0x1999999999999999, 0x0CCCCCCCCCCCCCCC  # past them, a digit overflows
 _EXACT = 2**53 - 1  # rapidjson's fast path keeps a fraction's digits exact up to here
 _DOUBLE_TENTH = 1.7976931348623157e307  # DBL_MAX / 10
@@ -103,12 +102,30 @@ def refuse_too_big_number(buffer: bytes | memoryview) -> None:
 
 
 def _too_big_number(data: bytes, before: int) -> int | None:
-    """The offset of the first number before `before` that rapidjson refuses as too big."""
-    for match in _STRING_OR_NUMBER.finditer(data, 0, before):
-        token = match.group()
-        if token[:1] != b'"' and _too_big(token):
-            return match.start()  # rapidjson reports where the number starts
+    """The offset of the first number before `before` that rapidjson refuses as too big,
+    read between the strings, which are skipped whole (a load's files are megabytes of them)."""
+    at = 0
+    while at < before:
+        quote = data.find(b'"', at, before)
+        for match in _NUMBER.finditer(data, at, before if quote < 0 else quote):
+            if _too_big(match.group()):
+                return match.start()  # rapidjson reports where the number starts
+        if quote < 0:
+            return None
+        at = _past_string(data, quote + 1)
     return None
+
+
+def _past_string(data: bytes, at: int) -> int:
+    """Just past the string whose contents start at `at`: its first quote not escaped."""
+    while (quote := data.find(b'"', at)) >= 0:
+        escaped = quote - 1
+        while escaped >= at and data[escaped] == 0x5C:  # a backslash
+            escaped -= 1
+        if (quote - 1 - escaped) % 2 == 0:
+            return quote + 1
+        at = quote + 1
+    return len(data)
 
 
 def _too_big(number: bytes) -> bool:
