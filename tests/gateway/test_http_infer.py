@@ -809,6 +809,7 @@ def test_numbers_too_big_for_a_double_are_refused_as_rapidjson_refuses_them(numb
         (b"[1e999]", 1),  # a document that is no object
         (b'\xef\xbb\xbf{"id":1e999}', 9),  # a byte order mark is counted
         (b'{"a":"1e999\\"","id":2e999}', 20),  # in a string, not a number
+        (b'{"a":"\\\\","id":2e999}', 15),  # after a string ending in an escaped backslash
         (b'{"a":1e999,', 5),  # before a fault further on
         (b'{"a":1e999,"b":"\\ud800"}', 5),  # before a lone surrogate
     ],
