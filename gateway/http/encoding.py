@@ -85,6 +85,11 @@ def _parse_error(text: str, offset: int, skipped: int) -> TurnoutError:
 
 _TOO_BIG = "Number too big to be stored in double."
 _NUMBER = re.compile(rb"-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?")
+_NUMBER_BYTES = frozenset(b"0123456789.eE+-")
+# What only a number too big can hold: a positive exponent of three digits or more, or
+# an integer part of 309 digits or more.
+_CANDIDATE = re.compile(rb"[eE]\+?[0-9]{3}|[0-9]{309}")
+_SCAN_LIMIT = 1 << 16  # bytes of a document read for such numbers (a crafted one: ~20 ms)
 _UINT64_TENTH, _INT64_TENTH = 0x1999999999999999, 0x0CCCCCCCCCCCCCCC  # past them, a digit overflows
 _EXACT = 2**53 - 1  # rapidjson's fast path keeps a fraction's digits exact up to here
 _DOUBLE_TENTH = 1.7976931348623157e307  # DBL_MAX / 10
@@ -103,29 +108,25 @@ def refuse_too_big_number(buffer: bytes | memoryview) -> None:
 
 def _too_big_number(data: bytes, before: int) -> int | None:
     """The offset of the first number before `before` that rapidjson refuses as too big,
-    read between the strings, which are skipped whole (a load's files are megabytes of them)."""
-    at = 0
-    while at < before:
-        quote = data.find(b'"', at, before)
-        for match in _NUMBER.finditer(data, at, before if quote < 0 else quote):
-            if _too_big(match.group()):
-                return match.start()  # rapidjson reports where the number starts
-        if quote < 0:
-            return None
-        at = _past_string(data, quote + 1)
+    outside strings. Only the first _SCAN_LIMIT bytes are read: a longer document (a
+    load's files) stands as Python's parser read it."""
+    before = min(before, len(data), _SCAN_LIMIT)
+    # Escaped backslashes, then escaped quotes, blanked (offsets unchanged): every quote
+    # left opens or closes a string.
+    plain = data[:before].replace(b"\\\\", b"__").replace(b'\\"', b"__")
+    inside, counted = 0, 0  # whether `counted` is inside a string
+    for candidate in _CANDIDATE.finditer(plain):
+        at = candidate.start()
+        inside ^= plain.count(b'"', counted, at) & 1
+        counted = at
+        if inside:
+            continue
+        while at > 0 and plain[at - 1] in _NUMBER_BYTES:
+            at -= 1
+        number = _NUMBER.match(plain, at)
+        if number is not None and _too_big(number.group()):
+            return at  # rapidjson reports where the number starts
     return None
-
-
-def _past_string(data: bytes, at: int) -> int:
-    """Just past the string whose contents start at `at`: its first quote not escaped."""
-    while (quote := data.find(b'"', at)) >= 0:
-        escaped = quote - 1
-        while escaped >= at and data[escaped] == 0x5C:  # a backslash
-            escaped -= 1
-        if (quote - 1 - escaped) % 2 == 0:
-            return quote + 1
-        at = quote + 1
-    return len(data)
 
 
 def _too_big(number: bytes) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gateway.http import messages, nesting
-from gateway.http.encoding import compress, decompress, parse_json, response_encoding
+from gateway.http.encoding import compress, decompress, parse_json, refuse_too_big_number, response_encoding
 from gateway.http.parsing import OutputRendering, header_length, parse_infer_request, raw_binary_request
 from gateway.http.rendering import render_infer_response
 from protos import codec
@@ -819,6 +819,14 @@ def test_a_number_too_big_for_a_double_is_the_first_fault(body: bytes, offset: i
     # infinity, or an integer too large to convert (an internal error before).
     err = error_of(parse_infer_request, body, None, "simple", "")
     assert err.message == f"failed to parse the request JSON buffer: Number too big to be stored in double. at {offset}"
+
+
+def test_numbers_are_looked_for_in_a_document_s_first_64_kib_only() -> None:
+    # Past it (a load's files), the document stands as Python's parser read it: a crafted
+    # one cannot hold the event loop for long.
+    refuse_too_big_number(b'{"pad":"' + b"x" * 70_000 + b'","v":1e999}')
+    err = error_of(refuse_too_big_number, b'{"pad":"' + b"x" * 60_000 + b'","v":1e999}')
+    assert err.message == "failed to parse the request JSON buffer: Number too big to be stored in double. at 60014"
 
 
 def test_a_fault_before_a_number_too_big_is_reported_first() -> None:
