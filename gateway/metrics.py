@@ -67,6 +67,7 @@ class GatewayMetrics:
             ["model", "version", "reason"],
             registry=registry,
         )
+        self._route_children: dict[tuple[str, str, str], Counter] = {}  # as _arms: labels() once each
         self._sticky = Counter(
             "turnout_gateway_sticky_hits", "Requests whose sticky key chose the version", ["model"], registry=registry
         )
@@ -138,7 +139,11 @@ class GatewayMetrics:
 
     def count_route(self, model: str, decision: Decision, version: str) -> None:
         """`version` is the arm's label: the chosen version, or "other" for one no policy names."""
-        self._routes.labels(model, version or "default", decision.reason.value).inc()
+        key = (model, version or "default", decision.reason.value)
+        child = self._route_children.get(key)
+        if child is None:
+            child = self._route_children[key] = self._routes.labels(*key)
+        child.inc()
         if decision.sticky_key:
             self._sticky.labels(model).inc()
         for version in decision.skipped:

@@ -32,10 +32,11 @@ _SHM_KEYS = (SHM_REGION, SHM_BYTE_SIZE, SHM_OFFSET)
 
 def uses_shared_memory(request: pb.ModelInferRequest) -> bool:
     """Whether any input or requested output names a shared-memory region."""
-    for tensor in request.inputs:
+    # Sliced, not iterated: protobuf's repeated fields end an iteration by raising IndexError.
+    for tensor in request.inputs[:]:
         if SHM_REGION in tensor.parameters:
             return True
-    return any(SHM_REGION in tensor.parameters for tensor in request.outputs)
+    return any(SHM_REGION in tensor.parameters for tensor in request.outputs[:])
 
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -294,7 +294,7 @@ def _parse_input(
     name = _member_string(entry, "name")
     datatype = _member_string(entry, "datatype")
     shape = [_int64(_as_uint(dim, "shape")) for dim in _member_array(entry, "shape")]
-    if any(tensor.name == name for tensor in request.inputs):
+    if any(tensor.name == name for tensor in request.inputs[:]):  # sliced: see uses_shared_memory
         raise invalid_arg(f"{_log_request(request)}input '{name}' already exists in request")
 
     tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
@@ -496,7 +496,7 @@ def _parse_output(entry: Any, request: ModelInferRequest, rendering: OutputRende
         if "binary_data" in params and _as_bool(params["binary_data"], "binary_data", "Unable to set"):
             raise invalid_arg("Output can't set both 'shared_memory_region' and 'binary_data'")
     name = _member_string(entry, "name")
-    if any(output.name == name for output in request.outputs):
+    if any(output.name == name for output in request.outputs[:]):
         raise invalid_arg(f"{_log_request(request)}output '{name}' already exists in request")
     output = request.outputs.add(name=name)
     # A listed output is JSON unless its own binary_data says otherwise: the request's

@@ -24,8 +24,10 @@ def render_infer_response(response: ModelInferResponse, rendering: OutputRenderi
     binary_parts: list[bytes] = []
     raw = response.raw_output_contents
     raw_count = len(raw)
-    for index, output in enumerate(response.outputs):
-        entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": list(output.shape)}
+    # Sliced, not iterated: protobuf's repeated fields end an iteration by raising IndexError.
+    for index, output in enumerate(response.outputs[:]):
+        shape = output.shape[:]
+        entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": shape}
         outputs.append(entry)
         if output.name in rendering.shared_memory:
             continue
@@ -35,7 +37,7 @@ def render_infer_response(response: ModelInferResponse, rendering: OutputRenderi
             if data:
                 binary_parts.append(data)
         else:
-            entry["data"] = _json_data(data, output.datatype, list(output.shape), output.name)
+            entry["data"] = _json_data(data, output.datatype, shape, output.name)
 
     document: dict[str, Any] = {}
     if response.id:
