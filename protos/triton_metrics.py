@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socketserver
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -270,13 +269,42 @@ def _memory() -> tuple[int, int] | None:
     return values["MemTotal"], values["MemTotal"] - values["MemAvailable"]
 
 
-class _QuietHandler(WSGIRequestHandler):
+class _Handler(BaseHTTPRequestHandler):
+    """A scrape, answered as Triton's metrics server answers: HTTP/1.1, its type and length,
+    and no `Server` or `Date` header (Python's `Server` would name its version)."""
+
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_GET(self) -> None:
+        self._reply(*self.server.endpoint.answer(self.path.partition("?")[0]))
+
+    def _not_allowed(self) -> None:
+        self._reply(405, "text/plain", b'{"error":"Method Not Allowed"}', "Not Allowed")
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed
+
+    def _reply(self, status: int, content_type: str, body: bytes, reason: str | None = None) -> None:
+        self.send_response(status, reason)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":  # Triton writes one even then; a client keeping the connection would misread it
+            self.wfile.write(body)
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self.send_response_only(code, message)
+
     def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
         pass
 
 
-class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+class _Server(ThreadingHTTPServer):
     daemon_threads = True
+
+    def __init__(self, host: str, port: int, endpoint: MetricsEndpoint) -> None:
+        self.endpoint = endpoint
+        super().__init__((host, port), _Handler)
 
 
 def on_loop(
@@ -299,7 +327,7 @@ class MetricsEndpoint:
         self, host: str, port: int, render: Callable[[], bytes], others: Mapping[str, Callable[[], bytes]] | None = None
     ) -> None:
         self._renders = {"/metrics": render, "/metrics/": render, **(others or {})}
-        self._server = make_server(host, port, self._app, _ThreadingServer, handler_class=_QuietHandler)
+        self._server = _Server(host, port, self)
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
         self._thread.start()
 
@@ -307,19 +335,16 @@ class MetricsEndpoint:
     def port(self) -> int:
         return int(self._server.server_port)
 
-    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        render = self._renders.get(environ.get("PATH_INFO", ""))
-        if render is None:
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"Not Found"]
+    def answer(self, path: str) -> tuple[int, str, bytes]:
+        """The status, type and body of a scrape of `path` (run on the server's thread)."""
+        render = self._renders.get(path)
+        if render is None:  # as Triton's: any other path answers, empty
+            return 200, _CONTENT_TYPE, b""
         try:
-            body = render()
+            return 200, _CONTENT_TYPE, render()
         except Exception:
             log.warning("metrics could not be rendered for this scrape", exc_info=True)
-            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"metrics unavailable"]
-        start_response("200 OK", [("Content-Type", _CONTENT_TYPE), ("Content-Length", str(len(body)))])
-        return [body]
+            return 503, "text/plain", b"metrics unavailable"
 
     def close(self) -> None:
         self._server.shutdown()

@@ -186,6 +186,26 @@ def test_sidecar_metrics_port_and_fleet_sum(repo: Path) -> None:
         assert sum(counts) == 6
 
 
+def test_the_metrics_port_answers_as_triton_s(server: Server) -> None:
+    # Each answer as Triton 2.51's metrics port gave it: HTTP/1.1, no Server (Python's
+    # would name its version) or Date header, any other path answered empty, any other
+    # method refused with 405.
+    with httpx.Client(base_url=f"http://{server.metrics}") as client:
+        for path in ("/metrics", "/metrics/", "/metrics"):  # one connection, kept
+            response = client.get(path)
+            assert (response.status_code, response.http_version) == (200, "HTTP/1.1")
+            assert response.headers["content-type"] == "text/plain; charset=utf-8"
+            assert "server" not in response.headers and "date" not in response.headers
+            assert "nv_inference_request_success" in response.text
+        response = client.get("/nope")
+        assert (response.status_code, response.content) == (200, b"")
+        for method in ("POST", "PUT", "DELETE"):
+            response = client.request(method, "/metrics")
+            assert (response.status_code, response.content) == (405, b'{"error":"Method Not Allowed"}')
+        assert client.head("/metrics").status_code == 405
+        assert client.get("/metrics").status_code == 200  # the connection still serves
+
+
 def test_failure_reasons(verbose_server: Server) -> None:
     failure = "nv_inference_request_failure"
     _, before = scrape(verbose_server.metrics)
