@@ -99,8 +99,15 @@ async def _exactly(call: Callable[[], Awaitable[object]], requests: int, concurr
     await asyncio.gather(*(caller() for _ in range(concurrency)))
 
 
-async def _cell(protocol: str, url: str, concurrency: int, requests: int, pids: dict[str, int]) -> None:
-    """Warm up, then profile both processes around exactly `requests` requests."""
+async def around_requests(
+    protocol: str,
+    url: str,
+    concurrency: int,
+    requests: int,
+    start: Callable[[], Awaitable[None]],
+    stop: Callable[[], Awaitable[None]],
+) -> None:
+    """Warm up a closed-loop `simple` client, then `start`, exactly `requests` requests, `stop`."""
     arrays = _inputs("simple", np.random.default_rng(0))
     if protocol == "gRPC":
         import tritonclient.grpc.aio as client_module
@@ -123,14 +130,22 @@ async def _cell(protocol: str, url: str, concurrency: int, requests: int, pids: 
 
     try:
         await _exactly(call, max(200, 20 * concurrency), concurrency)  # warm: connections, caches, the run window
-        for pid in pids.values():
-            os.kill(pid, signal.SIGUSR1)
-        await asyncio.sleep(0.2)  # each process starts its profile at its next bytecode
+        await start()
         await _exactly(call, requests, concurrency)
-        for pid in pids.values():
-            os.kill(pid, signal.SIGUSR1)
+        await stop()
     finally:
         await client.close()
+
+
+async def _cell(protocol: str, url: str, concurrency: int, requests: int, pids: dict[str, int]) -> None:
+    """Profile both processes around exactly `requests` requests (bench.profiled's signal)."""
+
+    async def toggle() -> None:
+        for pid in pids.values():
+            os.kill(pid, signal.SIGUSR1)
+        await asyncio.sleep(0.2)  # each process starts (or stops) its profile at its next bytecode
+
+    await around_requests(protocol, url, concurrency, requests, toggle, toggle)
 
 
 def _wait_for(path: Path, timeout: float = 30.0) -> pstats.Stats:

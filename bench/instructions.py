@@ -24,13 +24,10 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Awaitable
 from pathlib import Path
 
-import numpy as np
-
-from bench.__main__ import MODELS, _inputs, _process
-from bench.calls import _exactly
+from bench.__main__ import _process
+from bench.calls import around_requests
 from protos.ready import GATEWAY_READY, SIDECAR_READY, parse_ready
 from scripts.make_models import write_simple
 
@@ -82,38 +79,19 @@ def _control(pid: int, *options: str) -> None:
 
 
 async def _cell(protocol: str, url: str, concurrency: int, requests: int, pids: dict[str, int]) -> None:
-    """Warm up, then count both processes' instructions around exactly `requests` requests."""
-    arrays = _inputs("simple", np.random.default_rng(0))
-    if protocol == "gRPC":
-        import tritonclient.grpc.aio as client_module
-    else:
-        import tritonclient.http.aio as client_module
-    options = {} if protocol == "gRPC" else {"conn_limit": max(concurrency, 1)}
-    client = client_module.InferenceServerClient(url, **options)
-    inputs = []
-    for name, array in arrays.items():
-        tensor = client_module.InferInput(name, list(array.shape), MODELS["simple"][name][0])
-        if protocol == "gRPC":
-            tensor.set_data_from_numpy(array)
-        else:
-            tensor.set_data_from_numpy(array, binary_data=True)
-        inputs.append(tensor)
+    """Count both processes' instructions around exactly `requests` requests."""
 
-    def call() -> Awaitable[object]:
-        answer: Awaitable[object] = client.infer("simple", inputs)
-        return answer
-
-    try:
-        await _exactly(call, max(200, 20 * concurrency), concurrency)  # warm: connections, caches
+    async def start() -> None:
         for pid in pids.values():
             _control(pid, "--instr=on")
             _control(pid, "--zero")
-        await _exactly(call, requests, concurrency)
+
+    async def stop() -> None:
         for pid in pids.values():
             _control(pid, "--dump")
             _control(pid, "--instr=off")
-    finally:
-        await client.close()
+
+    await around_requests(protocol, url, concurrency, requests, start, stop)
 
 
 def _newest(folder: str, label: str, pid: int) -> Path:

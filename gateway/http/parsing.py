@@ -128,10 +128,9 @@ def parse_infer_request(
     # Strings keep bytes that are not UTF-8, as Triton's parser keeps them: a BYTES
     # element reaches the model as sent.
     document = parse_json(header, raw_strings=True)
-    if not isinstance(document, dict):  # TritonJson finds no member in it: 'inputs' is the first it must have
-        refuse_too_big_number(header)
-        raise _missing("inputs")
     try:
+        if not isinstance(document, dict):  # TritonJson finds no member in it: 'inputs' is the first it must have
+            raise _missing("inputs")
         return _request_of(document, body, json_end, model_name, model_version, max_input_size, locate)
     except UnicodeEncodeError:
         # Such bytes in a name or a parameter: no protobuf string can carry them.
