@@ -1,11 +1,13 @@
 """`python -m bench.instructions`: the instructions one `simple` request costs each process.
 
-The gateway (`turnout gateway`) and the ONNX Runtime sidecar run under valgrind's callgrind
-with instrumentation off. For each protocol, a closed-loop client warms up, then both
-processes count every user-space instruction, in every thread, while the client sends
-exactly --requests requests; the counts, divided by the requests, are split by the shared
-object that ran them (CPython's interpreter, protobuf, zlib, uvloop, httptools, grpc, ONNX
-Runtime, libc, ...). Instructions, unlike CPU time, barely move with the machine's load (two
+The gateway (`turnout gateway`), the ONNX Runtime sidecar and the floor (bench.floor_server:
+one process serving `simple` itself) run under valgrind's callgrind with instrumentation
+off. For each protocol, a closed-loop client warms up, then the processes serving it count
+every user-space instruction, in every thread, while the client sends exactly --requests
+requests (turnout's two first, then the floor); the counts, divided by the requests, are
+split by the shared object that ran them (CPython's interpreter, protobuf, zlib, uvloop,
+httptools, grpc, ONNX Runtime, libc, ...), and turnout's two processes together are
+printed as a multiple of the floor. Instructions, unlike CPU time, barely move with the machine's load (two
 runs of one build agree within about 1%), so a change of a few percent shows here where
 timings on a shared machine cannot see it. The kernel's share (system calls, switches) is
 bench.profile's; what the Python code does is bench.calls'.
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from bench.__main__ import _process
 from bench.calls import around_requests
+from bench.floor_server import READY as FLOOR_READY
 from protos.ready import GATEWAY_READY, SIDECAR_READY, parse_ready
 from scripts.make_models import write_simple
 
@@ -45,6 +48,8 @@ PARTS = [
     ("/libc.", "libc"),
     ("/ld-linux", "libc"),
 ]
+# About how many times slower a process runs under callgrind.
+VALGRIND_SLOWDOWN = 100
 COLUMNS = ["CPython", "protobuf", "zlib", "uvloop", "httptools", "grpc", "ONNX Runtime", "numpy", "libc", "other"]
 
 
@@ -130,23 +135,34 @@ def main() -> None:
             ]
 
         common = ["--log-info=false"]
-        sidecar = [*counted("sidecar"), "sidecars", "--framework=onnxruntime", f"--model-repository={repo}", *common]
+        # Timed under valgrind, `simple` would look too slow to run inline: the thresholds
+        # scaled (bench.slowed_sidecar), it runs where it runs at full speed.
+        sidecar = [*counted("sidecar"), "bench.slowed_sidecar", str(VALGRIND_SLOWDOWN), "--framework=onnxruntime"]
+        sidecar += [f"--model-repository={repo}", *common]
         rows = []
-        with _process(sidecar, SIDECAR_READY) as (sidecar_ready, sidecar_pid):
+        with (
+            _process(sidecar, SIDECAR_READY) as (sidecar_ready, sidecar_pid),
+            _process([*counted("floor"), "bench.floor_server"], FLOOR_READY) as (floor_ready, floor_pid),
+        ):
             fields = parse_ready(sidecar_ready, SIDECAR_READY) or {}
+            floor = parse_ready(floor_ready, FLOOR_READY) or {}
             gateway = [*counted("gateway"), "turnout", "gateway", "--host=127.0.0.1", *common]
             gateway += [f"--sidecar=onnxruntime={fields['grpc']},{fields['lane']}"]
             gateway += ["--http-port=0", "--grpc-port=0", "--metrics-port=0"]
             with _process(gateway, GATEWAY_READY) as (gateway_ready, gateway_pid):
                 addresses = parse_ready(gateway_ready, GATEWAY_READY) or {}
-                pids = {"gateway": gateway_pid, "sidecar": sidecar_pid}
                 for protocol, key in (("gRPC", "grpc"), ("HTTP binary", "http")):
-                    asyncio.run(_cell(protocol, addresses[key], args.concurrency, args.requests, pids))
-                    for label, pid in pids.items():
-                        total, parts = split(_newest(folder, label, pid))
-                        for dump in Path(folder).glob(f"{label}.{pid}.*"):
-                            dump.unlink()
-                        rows.append((protocol, label, total, parts))
+                    servers = [
+                        (addresses[key], {"gateway": gateway_pid, "sidecar": sidecar_pid}),
+                        (floor[key], {"floor": floor_pid}),
+                    ]
+                    for url, pids in servers:
+                        asyncio.run(_cell(protocol, url, args.concurrency, args.requests, pids))
+                        for label, pid in pids.items():
+                            total, parts = split(_newest(folder, label, pid))
+                            for dump in Path(folder).glob(f"{label}.{pid}.*"):
+                                dump.unlink()
+                            rows.append((protocol, label, total, parts))
     print(f"Instructions per request ({args.requests} requests a cell, concurrency {args.concurrency}; all threads):")
     print("| cell | process | total | " + " | ".join(COLUMNS) + " |")
     print("|---|---|---|" + "---|" * len(COLUMNS))
@@ -156,6 +172,10 @@ def main() -> None:
             f"| {protocol} c{args.concurrency} | {label} | {total / args.requests / 1000:.1f} k | {shares} |",
             flush=True,
         )
+    totals = {(protocol, label): total for protocol, label, total, _ in rows}
+    for protocol in ("gRPC", "HTTP binary"):
+        turnout = totals[(protocol, "gateway")] + totals[(protocol, "sidecar")]
+        print(f"{protocol}: gateway and sidecar together {turnout / totals[(protocol, 'floor')]:.2f}x the floor's")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""`python -m bench.instructions` counts a request's instructions in a real gateway and
-sidecar under valgrind's callgrind: every cell and process is there, the parts add up to
-no more than the total, and each process spends them where it must (the gateway's HTTP
-answers compressed by zlib, as the client accepts; ONNX Runtime running the model in the
-sidecar)."""
+"""`python -m bench.instructions` counts a request's instructions in a real gateway, sidecar
+and floor server under valgrind's callgrind: every cell and process is there, the parts
+add up to no more than the total, each process spends them where it must (the gateway's
+HTTP answers compressed by zlib, as the client accepts; ONNX Runtime running the model in
+the sidecar; numpy in the floor, which computes `simple` itself), and turnout's two
+processes are set against the floor."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +31,7 @@ def test_instructions_per_request() -> None:
         cell, process, *values = (text.strip() for text in line.strip("|").split("|"))
         rows[(cell, process)] = dict(zip(header[2:], (float(v.removesuffix(" k")) for v in values), strict=True))
     cells = ("gRPC c2", "HTTP binary c2")
-    assert set(rows) == {(cell, process) for cell in cells for process in ("gateway", "sidecar")}
+    assert set(rows) == {(cell, process) for cell in cells for process in ("gateway", "sidecar", "floor")}
     for figures in rows.values():
         parts = sum(figures[column] for column in COLUMNS)
         assert 0 < parts <= figures["total"] + 0.1 * len(COLUMNS)  # each rounded to 0.1 k
@@ -38,3 +40,9 @@ def test_instructions_per_request() -> None:
     assert rows[("gRPC c2", "gateway")]["grpc"] > 0
     for cell in cells:
         assert rows[(cell, "sidecar")]["ONNX Runtime"] > 0
+        assert rows[(cell, "floor")]["numpy"] > 0 == rows[(cell, "floor")]["ONNX Runtime"]
+    ratios = [line for line in result.stdout.splitlines() if "together" in line]
+    assert [line.split(":")[0] for line in ratios] == ["gRPC", "HTTP binary"]
+    for line in ratios:
+        ratio = re.search(r"together ([0-9.]+)x the floor's", line)
+        assert ratio is not None and float(ratio.group(1)) > 1  # two processes and a hop cost more than one
