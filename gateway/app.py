@@ -122,7 +122,7 @@ class _HeadLimitedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_room = None
         super().on_headers_complete()
-        names = {name for name, _ in self.headers}
+        names = dict(self.headers)
         if b"content-length" in names and b"transfer-encoding" in names and self.cycle is not None:
             self.cycle.keep_alive = False
 

@@ -4,6 +4,7 @@ after decompression, with Triton's texts), and response compression (gzip, defla
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import zlib
@@ -484,10 +485,21 @@ def decompress(body: bytes, encoding: str | None, max_size: int) -> bytes:
     return b"".join(parts)
 
 
+# Accept-Encoding values up to this long are weighed once and remembered (a client sends
+# the same one on every request); the cache holds at most 32 of them.
+_REMEMBERED_ACCEPT_LENGTH = 128
+
+
 def response_encoding(accept_encoding: str | None) -> str | None:
     """The Content-Encoding to answer with ("gzip", "deflate") per Accept-Encoding q-values."""
     if not accept_encoding:
         return None
+    if len(accept_encoding) <= _REMEMBERED_ACCEPT_LENGTH:
+        return _remembered_encoding(accept_encoding)
+    return _weighed_encoding(accept_encoding)
+
+
+def _weighed_encoding(accept_encoding: str) -> str | None:
     chosen = "identity"
     weight = 0.0
     for part in accept_encoding.split(","):
@@ -505,6 +517,9 @@ def response_encoding(accept_encoding: str | None) -> str | None:
         if coding in ("identity", "gzip", "deflate") and q > weight:
             chosen, weight = coding, q
     return None if chosen == "identity" else chosen
+
+
+_remembered_encoding = functools.lru_cache(maxsize=32)(_weighed_encoding)
 
 
 def compress(body: bytes, encoding: str) -> bytes:

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _JSON = "application/json"
+_JSON_BYTES = _JSON.encode()
 QUEUE_FULL_SUFFIX = "Exceeds maximum queue size"
 RETRY_AFTER_SECS = "1"
 # An inference still unanswered this long starts watching for its client's disconnect; a
@@ -137,6 +138,17 @@ _MODEL_GROUPS = {
     "trace/setting": "trace",
     "": "metadata",
 }
+
+
+class _Answer(Response):
+    """A 200 whose headers are given as sent (lowercase names, bytes): what an infer answer
+    needs, without Starlette building them from a dictionary on every request."""
+
+    def __init__(self, body: bytes, raw_headers: list[tuple[bytes, bytes]]) -> None:
+        self.status_code = 200
+        self.background = None
+        self.body = body
+        self.raw_headers = raw_headers
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -429,17 +441,18 @@ class HttpFront:
         content, binary_header = render_infer_response(response, rendering)
         if trace is not None:
             trace.stamp(INFER_RESPONSE_COMPLETE)
-        headers: dict[str, str] = {}
+        headers: list[tuple[bytes, bytes]] = []
         if binary_header is not None:
-            media_type = "application/octet-stream"
-            headers["Inference-Header-Content-Length"] = str(binary_header)
+            media_type = b"application/octet-stream"
+            headers.append((b"inference-header-content-length", str(binary_header).encode()))
         else:
-            media_type = _JSON
+            media_type = _JSON_BYTES
         encoding = response_encoding(request.headers.get("accept-encoding"))
         if encoding is not None:
             content = compress(content, encoding)
-            headers["Content-Encoding"] = encoding
-        return Response(content, media_type=media_type, headers=headers)
+            headers.append((b"content-encoding", encoding.encode()))
+        headers += [(b"content-length", str(len(content)).encode()), (b"content-type", media_type)]
+        return _Answer(content, headers)
 
     async def _infer_request(
         self, request: Request, name: str, version: str

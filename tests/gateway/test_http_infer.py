@@ -691,6 +691,10 @@ def test_response_encoding_q_values():
     assert response_encoding("gzip") == "gzip"
     assert response_encoding("deflate;q=0.5, gzip;q=0.8") == "gzip"
     assert response_encoding("identity, gzip;q=0.5") is None
+    # A long value is weighed each time, never remembered; a short one the same either way.
+    long_value = ", ".join(["br;q=0.9"] * 20 + ["deflate;q=0.3"])
+    assert len(long_value) > 128 and response_encoding(long_value) == "deflate"
+    assert response_encoding("deflate;q=0.5, gzip;q=0.8") == "gzip"
     assert gzip.decompress(compress(b"abc", "gzip")) == b"abc"
     assert zlib.decompress(compress(b"abc", "deflate")) == b"abc"
 
