@@ -55,6 +55,9 @@ class Signature:
         self.inputs = {t.name: _spec(t) for t in config.input}
         self.outputs = {t.name: _spec(t) for t in config.output}
         self.required = [name for name, spec in self.inputs.items() if not spec.optional]
+        # The forms of requests found valid, with what checking them found (validate's
+        # fast path): a client sends one form on every request.
+        self.forms: dict[tuple[Any, ...], _Form] = {}
 
     def full_dims(self, spec: TensorSpec) -> list[int]:
         return [-1, *spec.dims] if self.max_batch_size > 0 else list(spec.dims)
@@ -111,13 +114,97 @@ def _uint_parameter(parameter: pb.InferParameter) -> int:
     return 0
 
 
+# Forms remembered per signature; past this many, they are forgotten and learned again.
+FORMS_PER_SIGNATURE = 64
+
+
+@dataclass(frozen=True)
+class _Decode:
+    """One input of a remembered form: where its bytes are, how many, and the array they make."""
+
+    position: int
+    name: str
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]  # as the request gives it (the batch dim included)
+    size: int  # its bytes
+    model_shape: tuple[int, ...] | None  # the config's reshape, if any
+
+
+@dataclass(frozen=True)
+class _Form:
+    """What checking a request of one form found, all but its data: each input's decode
+    in core's order, the batch size and key, and the outputs to send."""
+
+    decodes: tuple[_Decode, ...]
+    batch_size: int
+    key: tuple[Any, ...]
+    outputs: tuple[RequestedOutput, ...]
+
+
+def _form_of(request: pb.ModelInferRequest) -> tuple[Any, ...] | None:
+    """Everything Triton's checks read in a request but its id and its data (each input's
+    name, datatype and shape, the number of raw buffers, the outputs' names), when that is
+    all they read: no parameters on the request, its inputs or its outputs, and no typed
+    contents. None for any other request."""
+    if request.parameters:
+        return None
+    inputs = []
+    for tensor in request.inputs[:]:
+        if tensor.parameters or tensor.HasField("contents"):
+            return None
+        inputs.append((tensor.name, tensor.datatype, tuple(tensor.shape)))
+    outputs = []
+    for output in request.outputs[:]:
+        if output.parameters:
+            return None
+        outputs.append(output.name)
+    return tuple(inputs), tuple(outputs), len(request.raw_input_contents)
+
+
+def _decoded(request: pb.ModelInferRequest, form: _Form) -> ValidRequest | None:
+    """A request of a form found valid before, its inputs decoded; None when a buffer's
+    size is not the form's (the full check then words the mismatch)."""
+    raw = request.raw_input_contents
+    inputs: dict[str, np.ndarray] = {}
+    for decode in form.decodes:
+        buffer = raw[decode.position]
+        if len(buffer) != decode.size:
+            return None
+        array = np.frombuffer(buffer, decode.dtype).reshape(decode.shape)
+        inputs[decode.name] = array if decode.model_shape is None else array.reshape(decode.model_shape)
+    return ValidRequest(request.id, inputs, form.batch_size, form.key, list(form.outputs), 0, None)
+
+
 def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidRequest:
     """Check a request as Triton's core does and decode its inputs once.
 
     In Triton's order: what building the request checks (repeated names, each input's
     data, in request order), then core's Normalize: requested outputs, the input count,
     the batch size, and each input's data type, shape and byte size, walking the inputs
-    in the order core's map of them does (`protos.input_order`)."""
+    in the order core's map of them does (`protos.input_order`).
+
+    The checks read nothing of a request without parameters or typed contents but its
+    form (`_form_of`) and its buffers' sizes, so once a form is found valid, the next
+    request of that form only has its buffers' sizes checked and its inputs decoded."""
+    form_key = _form_of(request)
+    if form_key is not None:
+        form = signature.forms.get(form_key)
+        if form is not None:
+            valid = _decoded(request, form)
+            if valid is not None:
+                return valid
+    valid, decodes = _validate(request, signature)
+    if form_key is not None and decodes is not None:
+        if len(signature.forms) >= FORMS_PER_SIGNATURE:
+            signature.forms.clear()
+        outputs = tuple(valid.outputs)
+        signature.forms[form_key] = _Form(tuple(decodes), valid.batch_size, valid.key, outputs)
+    return valid
+
+
+def _validate(request: pb.ModelInferRequest, signature: Signature) -> tuple[ValidRequest, list[_Decode] | None]:
+    """validate's checks in full; with the request, how each input was decoded (None
+    where a BYTES input's elements, not its size, decide)."""
     model = signature.model
     prefix = f"[request id: {request.id or '<id_unknown>'}] "
     parameters = request.parameters
@@ -171,6 +258,7 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
 
     inputs: dict[str, np.ndarray] = {}
     key: list[Any] = []
+    decodes: list[_Decode] | None = []
     unbatched = ""  # the first input with data for a batch of 0 rows
     for position, spec in specs.items():
         tensor = tensors[position]
@@ -196,8 +284,15 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
             # passed Triton's own checks, so their errors come first.
             unbatched = unbatched or tensor.name
             continue
+        model_shape = None
         if spec.reshape is not None:
-            array = array.reshape([batch_size, *spec.reshape] if batched else list(spec.reshape))
+            model_shape = (batch_size, *spec.reshape) if batched else spec.reshape
+            array = array.reshape(model_shape)
+        if spec.datatype.name == "BYTES" or spec.datatype.numpy is None or decodes is None:
+            decodes = None
+        else:
+            dtype = spec.datatype.numpy.newbyteorder("<")
+            decodes.append(_Decode(position, tensor.name, dtype, tuple(full_shape), size, model_shape))
         inputs[tensor.name] = array
         key.append((tensor.name, array.shape[1:] if batched else array.shape))
 
@@ -206,13 +301,14 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     key.sort()
     if plain:
         own = {name: value for name, value in _values(parameters) if name != PLAIN_PARAMETERS}
-        return ValidRequest(request.id, inputs, max(batch_size, 1), tuple(key), outputs, 0, None, None, own)
+        return ValidRequest(request.id, inputs, max(batch_size, 1), tuple(key), outputs, 0, None, None, own), None
     priority = _uint_parameter(parameters["priority"]) if "priority" in parameters else 0
     # A negative int64 timeout is a uint64 to Triton: no timeout to speak of.
     timeout = _uint_parameter(parameters["timeout"]) % 2**64 if "timeout" in parameters else None
     sequence = read_sequence(parameters) if "sequence_id" in parameters or "sequence_start" in parameters else None
     own = _own_parameters(parameters) if parameters else {}
-    return ValidRequest(request.id, inputs, max(batch_size, 1), tuple(key), outputs, priority, timeout, sequence, own)
+    valid = ValidRequest(request.id, inputs, max(batch_size, 1), tuple(key), outputs, priority, timeout, sequence, own)
+    return valid, decodes
 
 
 @functools.lru_cache(maxsize=1024)

@@ -6,9 +6,17 @@ import numpy as np
 import pytest
 
 from protos import grpc_service_pb2 as pb
-from protos.model_config_pb2 import TYPE_INT32, ModelConfig, ModelInput
+from protos.model_config_pb2 import (
+    TYPE_FP32,
+    TYPE_INT32,
+    TYPE_STRING,
+    ModelConfig,
+    ModelInput,
+    ModelOutput,
+    ModelTensorReshape,
+)
 from protos.status import TurnoutError
-from protos.validation import PLAIN_PARAMETERS, Signature, validate
+from protos.validation import FORMS_PER_SIGNATURE, PLAIN_PARAMETERS, Signature, ValidRequest, validate
 
 SIGNATURE = Signature(ModelConfig(name="m", input=[ModelInput(name="X", data_type=TYPE_INT32, dims=[1])]))
 
@@ -94,3 +102,85 @@ def test_grpc_sequence_ids_and_timeouts_take_only_tritons_kinds() -> None:
     with pytest.raises(TurnoutError) as caught:
         validate(request, SIGNATURE)
     assert caught.value.message == "invalid value type for 'timeout' parameter, expected int64_param."
+
+
+RESHAPED = ModelConfig(
+    name="r",
+    max_batch_size=4,
+    input=[
+        ModelInput(name="A", data_type=TYPE_INT32, dims=[4], reshape=ModelTensorReshape(shape=[2, 2])),
+        ModelInput(name="B", data_type=TYPE_FP32, dims=[-1]),
+    ],
+    output=[
+        ModelOutput(name="Y", data_type=TYPE_FP32, dims=[-1]),
+        ModelOutput(name="Z", data_type=TYPE_FP32, dims=[1]),
+    ],
+)
+
+
+def _two_inputs(rows: int, width: int, seed: int, outputs: tuple[str, ...] = ()) -> pb.ModelInferRequest:
+    rng = np.random.default_rng(seed)
+    request = pb.ModelInferRequest(model_name="r", id=f"request {seed}")
+    # B before A: core walks them in its own order, which the decoded inputs keep.
+    request.inputs.add(name="B", datatype="FP32", shape=[rows, width])
+    request.raw_input_contents.append(rng.random((rows, width), dtype=np.float32).tobytes())
+    request.inputs.add(name="A", datatype="INT32", shape=[rows, 4])
+    request.raw_input_contents.append(rng.integers(0, 100, (rows, 4), dtype=np.int32).tobytes())
+    for name in outputs:
+        request.outputs.add(name=name)
+    return request
+
+
+def _fields(valid: ValidRequest) -> tuple[object, ...]:
+    inputs = [(name, array.dtype, array.shape, array.tobytes()) for name, array in valid.inputs.items()]
+    return (valid.id, inputs, valid.batch_size, valid.key, valid.outputs, valid.priority, valid.timeout_us)
+
+
+def test_a_request_of_a_form_found_valid_has_only_its_sizes_checked_and_decodes_alike() -> None:
+    remembering = Signature(RESHAPED)
+    forms = [(1, 3, ()), (2, 3, ("Z",)), (1, 5, ("Z", "Y")), (2, 3, ()), (1, 3, ())]
+    for seed, (rows, width, outputs) in enumerate(forms * 2):
+        request = _two_inputs(rows, width, seed, outputs)
+        # A fresh signature checks the request in full; the remembering one, from the
+        # second round on, by its form.
+        assert _fields(validate(request, remembering)) == _fields(validate(request, Signature(RESHAPED)))
+    assert len(remembering.forms) == 4  # (1, 3, ()) came twice in each round
+    valid = validate(_two_inputs(2, 3, 7), remembering)
+    assert list(valid.inputs) == ["A", "B"] and valid.inputs["A"].shape == (2, 2, 2)
+
+
+def test_a_remembered_form_with_the_wrong_bytes_gets_the_full_checks_answer() -> None:
+    remembering = Signature(RESHAPED)
+    validate(_two_inputs(2, 3, 0), remembering)
+    short = _two_inputs(2, 3, 1)
+    short.raw_input_contents[1] = short.raw_input_contents[1][:-4]
+    for signature in (remembering, Signature(RESHAPED)):
+        with pytest.raises(TurnoutError) as caught:
+            validate(short, signature)
+        assert caught.value.message == (
+            "[request id: request 1] input byte size mismatch for input 'A' for model 'r'. Expected 32, got 28"
+        )
+
+
+def test_only_requests_whose_form_is_all_the_checks_read_are_remembered() -> None:
+    remembering = Signature(RESHAPED)
+    with_priority = _two_inputs(1, 3, 0)
+    with_priority.parameters["priority"].int64_param = 3
+    assert validate(with_priority, remembering).priority == 3
+    with_classification = _two_inputs(1, 3, 1, ("Y",))
+    with_classification.outputs[0].parameters["classification"].int64_param = 2
+    assert validate(with_classification, remembering).outputs[0].class_count == 2
+    strings = Signature(ModelConfig(name="s", input=[ModelInput(name="S", data_type=TYPE_STRING, dims=[1])], output=[]))
+    text = pb.ModelInferRequest(model_name="s")
+    text.inputs.add(name="S", datatype="BYTES", shape=[1])
+    text.raw_input_contents.append(len(b"hi").to_bytes(4, "little") + b"hi")
+    assert validate(text, strings).inputs["S"].tolist() == [b"hi"]
+    assert remembering.forms == {} == strings.forms
+
+
+def test_forms_are_forgotten_past_their_bound() -> None:
+    remembering = Signature(RESHAPED)
+    for width in range(1, FORMS_PER_SIGNATURE + 2):
+        validate(_two_inputs(1, width, width), remembering)
+        assert 1 <= len(remembering.forms) <= FORMS_PER_SIGNATURE
+    assert len(remembering.forms) == 1  # the 65th cleared them and was remembered alone
