@@ -106,6 +106,40 @@ def header_length(value: str | None, content_length: int) -> int | None:
     return parsed
 
 
+@dataclass(frozen=True)
+class _Known:
+    """A JSON header parsed before, of a request whose every input is binary: the request
+    without its tensors' bytes, how to render its answer, and each input's byte count."""
+
+    request: ModelInferRequest
+    rendering: OutputRendering
+    sizes: tuple[int, ...]
+    total: int  # the binary part's bytes
+
+
+# JSON headers of binary requests up to this long are remembered by their bytes, at most
+# _KNOWN_HEADERS of them: a client sends one header with every request of one shape.
+_KNOWN_HEADER_BYTES = 4096
+_KNOWN_HEADERS = 64
+_known: dict[tuple[bytes, str, str], _Known] = {}
+
+
+def _from_known(known: _Known, body: bytes, json_end: int) -> tuple[ModelInferRequest, OutputRendering] | None:
+    """The request of a body whose header is `known`; None when its binary part is not
+    the size the header declares (the full parse then words why)."""
+    if len(body) - json_end != known.total:
+        return None
+    request = ModelInferRequest()
+    request.CopyFrom(known.request)
+    raw = request.raw_input_contents
+    offset = json_end
+    for size in known.sizes:
+        raw.append(body[offset : offset + size])
+        offset += size
+    rendering = known.rendering
+    return request, OutputRendering(rendering.default_binary, dict(rendering.binary))
+
+
 def parse_infer_request(
     body: bytes,
     json_length: int | None,
@@ -122,16 +156,30 @@ def parse_infer_request(
     `max_input_size` (--http-max-input-size) bounds the tensor a JSON `data` may declare.
     `locate` checks a shared-memory tensor's region, offset and byte size as each is read,
     raising Triton's error for a region that is not there or too small, in Triton's order.
+
+    A header whose every input is binary (no `data`, no shared memory) is the whole
+    request but its tensors' bytes, so once parsed it is remembered by its bytes: the
+    next request with that header only has its binary part's size checked and cut.
     """
     json_end = len(body) if json_length is None else json_length
     header = body if json_end == len(body) else memoryview(body)[:json_end]
+    key = None
+    if json_length is not None and json_end <= _KNOWN_HEADER_BYTES:
+        key = (bytes(header), model_name, model_version)
+        known = _known.get(key)
+        if known is not None:
+            parsed = _from_known(known, body, json_end)
+            if parsed is not None:
+                return parsed
     # Strings keep bytes that are not UTF-8, as Triton's parser keeps them: a BYTES
     # element reaches the model as sent.
     document = parse_json(header, raw_strings=True)
     try:
         if not isinstance(document, dict):  # TritonJson finds no member in it: 'inputs' is the first it must have
             raise _missing("inputs")
-        return _request_of(document, body, json_end, model_name, model_version, max_input_size, locate)
+        request, rendering, sizes = _request_of(
+            document, body, json_end, model_name, model_version, max_input_size, locate
+        )
     except UnicodeEncodeError:
         # Such bytes in a name or a parameter: no protobuf string can carry them.
         at = _not_utf8(header)
@@ -141,6 +189,15 @@ def parse_infer_request(
         # large to convert) stops rapidjson before Triton reads any field: that error first.
         refuse_too_big_number(header)
         raise
+    if key is not None and sizes is not None:
+        if len(_known) >= _KNOWN_HEADERS:
+            _known.clear()
+        template = ModelInferRequest()
+        template.CopyFrom(request)
+        del template.raw_input_contents[:]
+        copy = OutputRendering(rendering.default_binary, dict(rendering.binary))
+        _known[key] = _Known(template, copy, sizes, sum(sizes))
+    return request, rendering
 
 
 def _not_utf8(data: bytes | memoryview) -> int:
@@ -160,7 +217,9 @@ def _request_of(
     model_version: str,
     max_input_size: int,
     locate: Locate | None,
-) -> tuple[ModelInferRequest, OutputRendering]:
+) -> tuple[ModelInferRequest, OutputRendering, tuple[int, ...] | None]:
+    """The request, how to render its answer, and each input's byte count in the binary
+    part when no input's bytes came from anywhere else (None otherwise)."""
     request = ModelInferRequest(model_name=model_name, model_version=model_version)
     if "id" in document:
         request_id = document["id"]
@@ -174,15 +233,28 @@ def _request_of(
     inputs = _member_array(document, "inputs")
     offset = json_end
     end = len(body)
+    sizes = []
     for entry in inputs:
+        start = offset
         offset = _parse_input(entry, request, body, offset, model_name, max_input_size, locate)
+        sizes.append(offset - start)
     if offset != end:
         raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
 
     if "outputs" in document:
         for entry in _member_array(document, "outputs"):
             _parse_output(entry, request, rendering, locate)
-    return request, rendering
+    # Each input's raw entry is its cut of the binary part, or empty whatever the body
+    # (a binary size of 0, or a shape of no elements): the same header cuts the next body alike.
+    raw = request.raw_input_contents
+    tensors = request.inputs[:]
+    binary = (
+        len(raw) == len(tensors)
+        and not rendering.shared_memory
+        and not any(tensor.parameters for tensor in tensors)
+        and all(size == len(contents) for size, contents in zip(sizes, raw, strict=True))
+    )
+    return request, rendering, tuple(sizes) if binary else None
 
 
 def _log_request(request: ModelInferRequest) -> str:

@@ -12,7 +12,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from gateway.http import messages, nesting
+from gateway.http import messages, nesting, parsing
 from gateway.http.encoding import compress, decompress, parse_json, refuse_too_big_number, response_encoding
 from gateway.http.parsing import OutputRendering, header_length, parse_infer_request, raw_binary_request
 from gateway.http.rendering import render_infer_response
@@ -111,6 +111,61 @@ def test_json_and_binary_inputs_mix_in_one_request():
     header = json.dumps(document).encode()
     request, _ = parse_infer_request(header + a.tobytes(), len(header), "simple", "")
     assert list(request.raw_input_contents) == [a.tobytes(), a.tobytes()]
+
+
+def test_a_header_seen_before_cuts_each_body_as_a_full_parse_would():
+    document = {
+        "id": "again",
+        "parameters": {"priority": 2},
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [1, 4], "parameters": {"binary_data_size": 16}},
+            {"name": "EMPTY", "datatype": "INT32", "shape": [0, 4], "parameters": {"binary_data_size": 0}},
+            {"name": "INPUT1", "datatype": "INT32", "shape": [1, 4], "parameters": {"binary_data_size": 16}},
+        ],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}, {"name": "OUTPUT1"}],
+    }
+    for round_ in range(3):
+        a, b = np.full(4, round_, dtype=np.int32), np.arange(4, dtype=np.int32) * (round_ + 1)
+        request, rendering = parse_infer_request(*body_of(document, a.tobytes(), b.tobytes()), "simple", "")
+        assert list(request.raw_input_contents) == [a.tobytes(), b"", b.tobytes()]
+        assert (request.id, request.parameters["priority"].uint64_param) == ("again", 2)
+        assert [(i.name, list(i.shape)) for i in request.inputs] == [
+            ("INPUT0", [1, 4]),
+            ("EMPTY", [0, 4]),
+            ("INPUT1", [1, 4]),
+        ]
+        assert rendering.is_binary("OUTPUT0") and not rendering.is_binary("OUTPUT1")
+        # What the gateway changes in a request or its rendering is that request's alone.
+        request.model_name = "changed"
+        request.parameters["added"].bool_param = True
+        rendering.binary["OUTPUT1"] = True
+        assert request.model_name == "changed"
+    body, length = body_of(document, bytes(16), bytes(16))
+    short = error_of(parse_infer_request, body[:-1], length, "simple", "")
+    assert short.message == "unexpected size for input 'INPUT1', expecting 1 additional bytes for model 'simple'"
+    longer = error_of(parse_infer_request, body + b"!", length, "simple", "")
+    assert longer.message == "unexpected additional input data for model 'simple'"
+    assert parse_infer_request(body, length, "other", "3")[0].model_name == "other"  # the model is part of it
+
+
+def test_a_header_with_json_data_is_read_whole_every_time():
+    document = {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [1, 2], "parameters": {"binary_data_size": 8}},
+            {"name": "INPUT1", "datatype": "INT32", "shape": [1, 2], "data": [5, 6]},
+        ]
+    }
+    for round_ in range(2):
+        binary = np.full(2, round_, dtype=np.int32).tobytes()
+        request, _ = parse_infer_request(*body_of(document, binary), "simple", "")
+        assert list(request.raw_input_contents) == [binary, np.array([5, 6], dtype=np.int32).tobytes()]
+
+
+def test_headers_remembered_are_bounded():
+    for number in range(3 * parsing._KNOWN_HEADERS):
+        document = {"id": str(number), "inputs": [binary_input("INPUT0", np.zeros(1, np.int32), "INT32")]}
+        parse_infer_request(*body_of(document, bytes(4)), "simple", "")
+        assert 1 <= len(parsing._known) <= parsing._KNOWN_HEADERS
 
 
 def test_request_parameters():
