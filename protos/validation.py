@@ -288,9 +288,10 @@ def _validate(request: pb.ModelInferRequest, signature: Signature) -> tuple[Vali
         if spec.reshape is not None:
             model_shape = (batch_size, *spec.reshape) if batched else spec.reshape
             array = array.reshape(model_shape)
-        if spec.datatype.name == "BYTES" or spec.datatype.numpy is None or decodes is None:
-            decodes = None
-        else:
+        if spec.datatype.name == "BYTES":
+            decodes = None  # its elements, not its size, decide
+        elif decodes is not None:
+            assert spec.datatype.numpy is not None  # as codec.from_raw has just asserted
             dtype = spec.datatype.numpy.newbyteorder("<")
             decodes.append(_Decode(position, tensor.name, dtype, tuple(full_shape), size, model_shape))
         inputs[tensor.name] = array

@@ -87,6 +87,9 @@ class OutputRendering:
     def is_binary(self, name: str) -> bool:
         return self.binary.get(name, self.default_binary)
 
+    def copy(self) -> OutputRendering:
+        return OutputRendering(self.default_binary, dict(self.binary), set(self.shared_memory))
+
 
 # Checks a shared-memory region, offset and byte size (gateway.shm.SharedMemory.locate).
 Locate = Callable[[str, int, int], object]
@@ -136,8 +139,7 @@ def _from_known(known: _Known, body: bytes, json_end: int) -> tuple[ModelInferRe
     for size in known.sizes:
         raw.append(body[offset : offset + size])
         offset += size
-    rendering = known.rendering
-    return request, OutputRendering(rendering.default_binary, dict(rendering.binary))
+    return request, known.rendering.copy()
 
 
 def parse_infer_request(
@@ -195,8 +197,7 @@ def parse_infer_request(
         template = ModelInferRequest()
         template.CopyFrom(request)
         del template.raw_input_contents[:]
-        copy = OutputRendering(rendering.default_binary, dict(rendering.binary))
-        _known[key] = _Known(template, copy, sizes, sum(sizes))
+        _known[key] = _Known(template, rendering.copy(), sizes, sum(sizes))
     return request, rendering
 
 
