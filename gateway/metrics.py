@@ -13,11 +13,18 @@ a single host scraping only the gateway.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
-from dataclasses import dataclass
+import time
+from bisect import bisect_left
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:
     from gateway.routing.versions import Decision
@@ -31,43 +38,95 @@ DURATION_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5
 MAX_ARM_SERIES = 512
 
 
-@dataclass(frozen=True)
 class _Arm:
-    """One (model, version, protocol)'s children, made once."""
+    """One (model, version, protocol)'s requests and their durations: plain numbers the
+    event loop adds to (prometheus_client's children take a lock per add and walk the
+    buckets in Python, 2.5 µs a request), read as Prometheus families at a scrape."""
 
-    successes: Counter
-    failures: Counter
-    durations: Histogram
+    __slots__ = ("buckets", "created", "failures", "seconds", "successes")
+
+    def __init__(self) -> None:
+        self.successes = 0
+        self.failures = 0
+        self.buckets = [0] * (len(DURATION_BUCKETS) + 1)  # not cumulative; the last is +Inf
+        self.seconds = 0.0
+        self.created = time.time()
+
+
+class _Routes:
+    """One (model, arm, reason)'s routing decisions, counted as _Arm counts."""
+
+    __slots__ = ("count", "created")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.created = time.time()
+
+
+_REQUESTS = "turnout_gateway_requests"
+_DURATIONS = "turnout_gateway_request_duration_seconds"
+_ROUTES = "turnout_gateway_route_decisions"
+_BOUNDS = [floatToGoString(bound) for bound in DURATION_BUCKETS] + ["+Inf"]  # type: ignore[no-untyped-call]
+
+
+class _PerRequest(Collector):
+    """The families every routed request adds to, rendered from plain counts at a scrape
+    (the metrics port's thread: it copies each dictionary and list, whole, under the GIL,
+    so it never iterates one the event loop grows)."""
+
+    def __init__(self, arms: dict[tuple[str, str, str], _Arm], routes: dict[tuple[str, str, str], _Routes]) -> None:
+        self._arms = arms
+        self._routes = routes
+
+    def describe(self) -> list[Metric]:
+        return [Metric(_REQUESTS, "", "counter"), Metric(_DURATIONS, "", "histogram"), Metric(_ROUTES, "", "counter")]
+
+    def collect(self) -> Iterator[Metric]:
+        requests = Metric(
+            _REQUESTS, "Inference requests the gateway routed, by model, version (arm), protocol and outcome", "counter"
+        )
+        durations = Metric(
+            _DURATIONS,
+            "Inference request duration through the gateway, by model, version (arm) and protocol",
+            "histogram",
+        )
+        created = []
+        for (model, version, protocol), arm in list(self._arms.items()):
+            labels = {"model": model, "version": version, "protocol": protocol}
+            for outcome, count in (("success", arm.successes), ("failure", arm.failures)):
+                outcome_labels = {**labels, "outcome": outcome}
+                requests.samples.append(Sample(f"{_REQUESTS}_total", outcome_labels, float(count)))
+                created.append(Sample(f"{_REQUESTS}_created", outcome_labels, arm.created))
+            buckets = list(itertools.accumulate(list(arm.buckets)))
+            for bound, count in zip(_BOUNDS, buckets, strict=True):
+                durations.samples.append(Sample(f"{_DURATIONS}_bucket", {**labels, "le": bound}, float(count)))
+            durations.samples += [
+                Sample(f"{_DURATIONS}_count", labels, float(buckets[-1])),
+                Sample(f"{_DURATIONS}_sum", labels, arm.seconds),
+                Sample(f"{_DURATIONS}_created", labels, arm.created),
+            ]
+        requests.samples += created
+        routes = Metric(_ROUTES, "Version routing decisions, by model, chosen version (arm) and reason", "counter")
+        routes_created = []
+        for (model, version, reason), counted in list(self._routes.items()):
+            labels = {"model": model, "version": version, "reason": reason}
+            routes.samples.append(Sample(f"{_ROUTES}_total", labels, float(counted.count)))
+            routes_created.append(Sample(f"{_ROUTES}_created", labels, counted.created))
+        routes.samples += routes_created
+        yield requests
+        yield durations
+        yield routes
 
 
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-        # Per arm: the A/B panels read rates, error ratios and quantiles off these two.
-        self._requests = Counter(
-            "turnout_gateway_requests",
-            "Inference requests the gateway routed, by model, version (arm), protocol and outcome",
-            ["model", "version", "protocol", "outcome"],
-            registry=registry,
-        )
-        self._durations = Histogram(
-            "turnout_gateway_request_duration_seconds",
-            "Inference request duration through the gateway, by model, version (arm) and protocol",
-            ["model", "version", "protocol"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        # labels() costs a lock and a dict build; keep each arm's children once.
+        # Per arm: the A/B panels read rates, error ratios and quantiles off requests and
+        # durations. Fleet routing: labels stay bounded (versions are the policy's or
+        # "other", reasons and outcomes are fixed sets, replicas are counted, not named).
         self._arms: dict[tuple[str, str, str], _Arm] = {}
-        # Fleet routing. Labels stay bounded: versions are the policy's or "other",
-        # reasons and outcomes are fixed sets, replicas are counted, not named.
-        self._routes = Counter(
-            "turnout_gateway_route_decisions",
-            "Version routing decisions, by model, chosen version (arm) and reason",
-            ["model", "version", "reason"],
-            registry=registry,
-        )
-        self._route_children: dict[tuple[str, str, str], Counter] = {}  # as _arms: labels() once each
+        self._routes: dict[tuple[str, str, str], _Routes] = {}
+        registry.register(_PerRequest(self._arms, self._routes))
         self._sticky = Counter(
             "turnout_gateway_sticky_hits", "Requests whose sticky key chose the version", ["model"], registry=registry
         )
@@ -122,28 +181,27 @@ class GatewayMetrics:
     def observe_request(self, model: str, version: str, protocol: str, success: bool, seconds: float) -> None:
         """One routed request of arm (model, version), its outcome and duration."""
         key = (model, version, protocol)
-        children = self._arms.get(key)
-        if children is None:
+        arm = self._arms.get(key)
+        if arm is None:
             if len(self._arms) >= MAX_ARM_SERIES:
                 key = (model, "other", protocol)
-                children = self._arms.get(key)
-            if children is None:
-                children = _Arm(
-                    self._requests.labels(*key, "success"),
-                    self._requests.labels(*key, "failure"),
-                    self._durations.labels(*key),
-                )
-                self._arms[key] = children
-        (children.successes if success else children.failures).inc()
-        children.durations.observe(seconds)
+                arm = self._arms.get(key)
+            if arm is None:
+                arm = self._arms[key] = _Arm()
+        if success:
+            arm.successes += 1
+        else:
+            arm.failures += 1
+        arm.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1  # le: a bound counts what equals it
+        arm.seconds += seconds
 
     def count_route(self, model: str, decision: Decision, version: str) -> None:
         """`version` is the arm's label: the chosen version, or "other" for one no policy names."""
         key = (model, version or "default", decision.reason.value)
-        child = self._route_children.get(key)
-        if child is None:
-            child = self._route_children[key] = self._routes.labels(*key)
-        child.inc()
+        counted = self._routes.get(key)
+        if counted is None:
+            counted = self._routes[key] = _Routes()
+        counted.count += 1
         if decision.sticky_key:
             self._sticky.labels(model).inc()
         for version in decision.skipped:
