@@ -58,6 +58,9 @@ class Signature:
         # The forms of requests found valid, with what checking them found (validate's
         # fast path): a client sends one form on every request.
         self.forms: dict[tuple[Any, ...], _Form] = {}
+        # Each output's response metadata, serialized, by (name, datatype, shape)
+        # (sidecars.responses.encode_response).
+        self.encoded_outputs: dict[tuple[str, str, tuple[int, ...]], bytes] = {}
 
     def full_dims(self, spec: TensorSpec) -> list[int]:
         return [-1, *spec.dims] if self.max_batch_size > 0 else list(spec.dims)

@@ -26,7 +26,7 @@ from protos.validation import Answer, ValidRequest, validate
 from sidecars.batcher import BackendFailure, Result
 from sidecars.config import parse_override, poll_failure
 from sidecars.models import LoadedVersion, ModelManager
-from sidecars.responses import build_response, set_parameters
+from sidecars.responses import build_response, encode_response, set_parameters
 from sidecars.settings import ControlMode
 
 log = logging.getLogger(__name__)
@@ -144,13 +144,17 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
 
     async def _infer(self, request: pb.ModelInferRequest, lane_id: str = "") -> pb.ModelInferResponse:
         answer = self._infer_now(request, lane_id)
-        return answer if isinstance(answer, pb.ModelInferResponse) else await answer
+        if not isinstance(answer, pb.ModelInferResponse | bytes):
+            answer = await answer
+        assert isinstance(answer, pb.ModelInferResponse)  # asked for a message, not `encoded`
+        return answer
 
     def _infer_now(
-        self, request: pb.ModelInferRequest, lane_id: str = ""
-    ) -> pb.ModelInferResponse | Awaitable[pb.ModelInferResponse]:
+        self, request: pb.ModelInferRequest, lane_id: str = "", encoded: bool = False
+    ) -> pb.ModelInferResponse | bytes | Awaitable[pb.ModelInferResponse | bytes]:
         """The response, when the model ran at once (DynamicBatcher.run_now: no task, no
-        queue); else the awaitable that queues the request and gives its response."""
+        queue); else the awaitable that queues the request and gives its response. With
+        `encoded`, the response may come serialized (_respond)."""
         call = _Call(time.monotonic_ns())
         # The gateway's request id: the lane frame's, else the client's `id`, else one the
         # gateway passed as a parameter (over gRPC), stripped here so the model never sees
@@ -182,10 +186,12 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             _failed(loaded, call, exc, "REJECTED")
             raise
         if result is None:
-            return self._queued(loaded, call, valid)
-        return _respond(loaded, call, valid, result)
+            return self._queued(loaded, call, valid, encoded)
+        return _respond(loaded, call, valid, result, encoded)
 
-    async def _queued(self, loaded: LoadedVersion, call: _Call, valid: ValidRequest) -> pb.ModelInferResponse:
+    async def _queued(
+        self, loaded: LoadedVersion, call: _Call, valid: ValidRequest, encoded: bool
+    ) -> pb.ModelInferResponse | bytes:
         REQUEST_ID.set(call.request_id)  # in this task's own context, whoever started it
         try:
             result = await loaded.batcher.submit(valid)
@@ -197,7 +203,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             loaded.stats.record_failure(time.monotonic_ns() - call.start, "CANCELED")
             log.debug("infer cancelled by its client")
             raise
-        return _respond(loaded, call, valid, result)
+        return _respond(loaded, call, valid, result, encoded)
 
     async def _infer_decoupled(
         self, request: pb.ModelInferRequest, request_id: str = ""
@@ -281,7 +287,11 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         id in, a serialized response out; at once where the model ran at once."""
         # Run in a context of its own: the lane's read callback must not keep this
         # request's id for whatever it logs next.
-        answer = contextvars.copy_context().run(self._infer_now, pb.ModelInferRequest.FromString(encoded), request_id)
+        answer = contextvars.copy_context().run(
+            self._infer_now, pb.ModelInferRequest.FromString(encoded), request_id, True
+        )
+        if isinstance(answer, bytes):
+            return answer
         if isinstance(answer, pb.ModelInferResponse):
             serialized: bytes = answer.SerializeToString()
             return serialized
@@ -458,19 +468,27 @@ class _Call:
         self.valid: ValidRequest | None = None
 
 
-def _respond(loaded: LoadedVersion, call: _Call, valid: ValidRequest, result: Result) -> pb.ModelInferResponse:
+def _respond(
+    loaded: LoadedVersion, call: _Call, valid: ValidRequest, result: Result, encoded: bool = False
+) -> pb.ModelInferResponse | bytes:
+    """The response, counted; with `encoded`, serialized, where nothing is added to it after
+    its outputs (parameters, a trace's timestamps, classification)."""
+    response: pb.ModelInferResponse | bytes | None = None
     try:
-        response = build_response(
-            loaded.name, loaded.version_text, loaded.signature, valid, result.outputs, loaded.labels
-        )
-        if result.parameters:
-            set_parameters(response.parameters, result.parameters)
+        if encoded and not result.parameters and not call.traced:
+            response = encode_response(loaded.name, loaded.version_text, loaded.signature, valid, result.outputs)
+        if response is None:
+            response = build_response(
+                loaded.name, loaded.version_text, loaded.signature, valid, result.outputs, loaded.labels
+            )
+            if result.parameters:
+                set_parameters(response.parameters, result.parameters)
     except TurnoutError as exc:
         _failed(loaded, call, exc, "OTHER")
         raise
     end = time.monotonic_ns()
     loaded.stats.record_success(end - call.start, result.queue_ns, result.times)
-    if call.traced:
+    if call.traced and isinstance(response, pb.ModelInferResponse):
         response.parameters[TRACE_PARAMETER].string_param = _timestamps(call.start, end, result)
     if call.verbose:
         log.debug("infer done in %d us", (time.monotonic_ns() - call.start) // 1000)
@@ -491,8 +509,11 @@ def _failed(loaded: LoadedVersion, call: _Call, exc: TurnoutError, reason: str) 
         log.info("infer failed (%s): %s", reason, exc.message)
 
 
-async def _serialized(answer: Awaitable[pb.ModelInferResponse]) -> bytes:
-    serialized: bytes = (await answer).SerializeToString()
+async def _serialized(answer: Awaitable[pb.ModelInferResponse | bytes]) -> bytes:
+    response = await answer
+    if isinstance(response, bytes):
+        return response
+    serialized: bytes = response.SerializeToString()
     return serialized
 
 
