@@ -35,7 +35,7 @@ from gateway.http.encoding import (
 )
 from gateway.http.generate import generate_request, generate_response
 from gateway.http.parsing import INFER_HEADER, OutputRendering, header_length, parse_infer_request, raw_binary_request
-from gateway.http.rendering import render_infer_response
+from gateway.http.rendering import render_encoded
 from gateway.restrictions import Restriction, http_refusal, parse_restrictions
 from gateway.settings import GatewaySettings
 from gateway.tracing.trace import (
@@ -437,8 +437,7 @@ class HttpFront:
                 request.scope[_TYPED] = False
                 raise unsupported(_HTTP_DECOUPLED) from None
             raise
-        response = ModelInferResponse.FromString(encoded)
-        content, binary_header = render_infer_response(response, rendering)
+        content, binary_header = render_encoded(encoded, rendering)
         if trace is not None:
             trace.stamp(INFER_RESPONSE_COMPLETE)
         headers: list[tuple[bytes, bytes]] = []

@@ -11,11 +11,13 @@ from functools import partial
 
 import numpy as np
 import pytest
+from google.protobuf.message import DecodeError
 
 from gateway.http import messages, nesting, parsing
+from gateway.http import rendering as rendering_module
 from gateway.http.encoding import compress, decompress, parse_json, refuse_too_big_number, response_encoding
 from gateway.http.parsing import OutputRendering, header_length, parse_infer_request, raw_binary_request
-from gateway.http.rendering import render_infer_response
+from gateway.http.rendering import render_encoded, render_infer_response
 from protos import codec
 from protos.grpc_service_pb2 import (
     ModelInferRequest,
@@ -739,6 +741,83 @@ def test_render_fp16_as_json_is_rejected():
     err = error_of(render_infer_response, response, OutputRendering())
     assert err.http_status == 400
     assert err.message.startswith("sending FP16 data via JSON is not supported.")
+
+
+def _renderings() -> list[OutputRendering]:
+    return [
+        OutputRendering(default_binary=True),
+        OutputRendering(),
+        OutputRendering(default_binary=False, binary={"EMPTY": True}),
+        OutputRendering(default_binary=False, binary={"OUTPUT0": True, "OUTPUT1": True, "EMPTY": True}),
+        OutputRendering(default_binary=True, binary={"OUTPUT1": False}),
+        OutputRendering(default_binary=True, shared_memory={"OUTPUT0"}),
+    ]
+
+
+def _responses() -> list[ModelInferResponse]:
+    responses = [make_response()]
+    with_parameters = make_response()
+    with_parameters.parameters["sequence_end"].bool_param = True
+    responses.append(with_parameters)
+    other_id = make_response()
+    other_id.id = "r2"
+    responses.append(other_id)
+    no_bytes = ModelInferResponse(model_name="m", model_version="2")  # every output empty
+    no_bytes.outputs.add(name="EMPTY", datatype="FP32", shape=[1, 0])
+    no_bytes.raw_output_contents.append(b"")
+    responses.append(no_bytes)
+    longer = make_response()  # same head, another size: another header
+    longer.outputs[0].shape[:] = [1, 40_000]
+    longer.raw_output_contents[0] = np.arange(40_000, dtype=np.int32).tobytes()
+    responses.append(longer)
+    return responses
+
+
+def test_an_encoded_answer_renders_as_its_message_first_and_remembered():
+    rendering_module._remembered.clear()
+    for _ in range(2):  # the second round from the remembered headers, where remembered
+        for response in _responses():
+            for rendering in _renderings():
+                expected = render_infer_response(response, rendering)
+                assert render_encoded(response.SerializeToString(), rendering) == expected
+    # Only answers whose every output rendered binary from raw contents are remembered.
+    assert 0 < len(rendering_module._remembered) < len(_responses()) * len(_renderings())
+    heads = {key[2] for key in rendering_module._remembered}
+    head = make_response()
+    del head.raw_output_contents[:]
+    assert head.SerializeToString() in heads  # the response before its raw contents
+
+
+def test_an_answer_that_is_not_laid_out_as_expected_takes_the_full_render():
+    response = make_response()
+    rendering = OutputRendering(default_binary=True)
+    expected = render_infer_response(response, rendering)
+    encoded = response.SerializeToString()
+    raw_first = ModelInferResponse(raw_output_contents=response.raw_output_contents).SerializeToString()
+    reordered = (
+        raw_first
+        + ModelInferResponse(
+            model_name="simple", model_version="1", id="r1", outputs=response.outputs
+        ).SerializeToString()
+    )
+    rendering_module._remembered.clear()
+    assert render_encoded(reordered, rendering) == expected  # parsed: protobuf takes any order
+    assert not rendering_module._remembered
+    assert render_encoded(encoded, rendering) == expected
+    assert len(rendering_module._remembered) == 1
+    truncated = encoded[:-3]
+    with pytest.raises(DecodeError):
+        render_encoded(truncated, rendering)  # what the full parse says of it
+
+
+def test_remembered_answers_are_bounded():
+    rendering_module._remembered.clear()
+    rendering = OutputRendering(default_binary=True)
+    for number in range(rendering_module._REMEMBERED_ANSWERS + 5):
+        response = make_response()
+        response.id = str(number)  # each id its own head
+        assert render_encoded(response.SerializeToString(), rendering) == render_infer_response(response, rendering)
+        assert len(rendering_module._remembered) <= rendering_module._REMEMBERED_ANSWERS
 
 
 def test_response_encoding_q_values():
