@@ -68,30 +68,37 @@ def _split_raw(encoded: bytes) -> tuple[int, list[memoryview]] | None:
     at = 0
     head_end = -1
     raws = []
-    while at < end:
-        tag = encoded[at]
-        if tag == _RAW_TAG:
-            if head_end < 0:
-                head_end = at
-        elif tag not in _HEAD_TAGS or head_end >= 0:
-            return None
-        at += 1
-        size = shift = 0
-        while True:  # the length, a varint
-            if at >= end or shift > 35:
+    try:
+        while at < end:
+            start = at
+            tag = encoded[at]
+            size = encoded[at + 1]
+            at += 2
+            if size > 0x7F:  # a length of more than one byte
+                size, at = _long_length(encoded, at, size)
+            if tag == _RAW_TAG:
+                if head_end < 0:
+                    head_end = start
+                raws.append(view[at : at + size])
+            elif tag not in _HEAD_TAGS or head_end >= 0:
                 return None
-            byte = encoded[at]
-            at += 1
-            size |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        if at + size > end:
-            return None
-        if tag == _RAW_TAG:
-            raws.append(view[at : at + size])
-        at += size
-    return (head_end, raws) if head_end >= 0 else None
+            at += size
+    except IndexError:  # cut short: the full parse says how
+        return None
+    return (head_end, raws) if head_end >= 0 and at == end else None
+
+
+def _long_length(encoded: bytes, at: int, first: int) -> tuple[int, int]:
+    """A varint length whose first byte, `first`, said more follow; and where it ends."""
+    size = first & 0x7F
+    shift = 7
+    while True:
+        byte = encoded[at]
+        at += 1
+        size |= (byte & 0x7F) << shift
+        if byte < 0x80 or shift > 28:
+            return size, at
+        shift += 7
 
 
 def _render(response: ModelInferResponse, rendering: OutputRendering) -> tuple[bytes, int | None, bool]:
