@@ -144,6 +144,9 @@ class OnnxInstance(ThreadedInstance):
     def __init__(self, name: str, session: ort.InferenceSession, config: mc.ModelConfig) -> None:
         super().__init__(name)
         self._session = session
+        # The binding's own run: InferenceSession.run checks the feed's names against the
+        # model's (ours are the config's, checked already) before it calls this.
+        self._run = getattr(session, "_sess", session).run
         # Implicit state outputs come back beside the config's, for the sequence batcher.
         self._outputs = [output.name for output in config.output] + [name for name, _ in state_outputs(config)]
         inputs = [(tensor.name, tensor.data_type) for tensor in config.input] + sequence_inputs(config)
@@ -163,7 +166,7 @@ class OnnxInstance(ThreadedInstance):
             if name in feed and feed[name].size == 1:
                 feed[name] = feed[name].reshape(())
         try:
-            results = self._session.run(self._outputs, feed)
+            results = self._run(self._outputs, feed, None)
         except UnicodeDecodeError as exc:
             raise internal(f"onnx runtime error: {_NOT_UTF8_OUTPUT}") from exc
         except Exception as exc:  # ORT's errors carry its own message
@@ -176,7 +179,7 @@ class OnnxInstance(ThreadedInstance):
 
     def close(self) -> None:
         super().close()
-        del self._session
+        del self._session, self._run
 
 
 # ONNX Runtime's Python API hands string outputs back as str, decoding them strictly.
