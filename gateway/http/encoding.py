@@ -90,6 +90,12 @@ _NUMBER_BYTES = frozenset(b"0123456789.eE+-")
 # What only a number too big can hold: a positive exponent of three digits or more, or
 # an integer part of 309 digits or more.
 _CANDIDATE = re.compile(rb"[eE]\+?[0-9]{3}|[0-9]{309}")
+# The same, looked for in the document with its digits written as 9 and its E as e: a
+# pattern that starts with a byte is searched for that byte first, where _CANDIDATE tries
+# every position (a tenth of the time on 64 KiB of numbers).
+_AS_CANDIDATES = bytes.maketrans(b"0123456789E", b"9999999999e")
+_BIG_EXPONENT = re.compile(rb"e\+?999")
+_LONG_INTEGER = b"9" * 309
 _SCAN_LIMIT = 1 << 16  # bytes of a document read for such numbers (a crafted one: ~20 ms)
 _UINT64_TENTH, _INT64_TENTH = 0x1999999999999999, 0x0CCCCCCCCCCCCCCC  # past them, a digit overflows
 _EXACT = 2**53 - 1  # rapidjson's fast path keeps a fraction's digits exact up to here
@@ -112,6 +118,9 @@ def _too_big_number(data: bytes, before: int) -> int | None:
     outside strings. Only the first _SCAN_LIMIT bytes are read: a longer document (a
     load's files) stands as Python's parser read it."""
     before = min(before, len(data), _SCAN_LIMIT)
+    marked = data[:before].translate(_AS_CANDIDATES)
+    if _BIG_EXPONENT.search(marked) is None and _LONG_INTEGER not in marked:
+        return None
     # Escaped backslashes, then escaped quotes, blanked (offsets unchanged): every quote
     # left opens or closes a string.
     plain = data[:before].replace(b"\\\\", b"__").replace(b'\\"', b"__")

@@ -191,6 +191,9 @@ def parse_infer_request(
         # large to convert) stops rapidjson before Triton reads any field: that error first.
         refuse_too_big_number(header)
         raise
+    # A request Python's reading let through may hold such a number too (an input's
+    # `data` read as infinity): Triton's parse refuses it all the same.
+    refuse_too_big_number(header)
     if key is not None and sizes is not None:
         if len(_known) >= _KNOWN_HEADERS:
             _known.clear()

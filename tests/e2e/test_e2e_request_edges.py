@@ -113,6 +113,18 @@ _TOO_BIG = "failed to parse the request JSON buffer: Number too big to be stored
             b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[' + b"9" * 400 + b"]}]}",
             68,
         ),
+        # a number Python reads as infinity, in a request that would otherwise run (Triton
+        # 2.51: 500 with this text, where turnout answered 200 with NaN outputs before)
+        (
+            "/v2/models/identity_fp32/infer",
+            b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[1e400]}]}',
+            68,
+        ),
+        (
+            "/v2/models/identity_fp32/infer",
+            b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,2],"data":[0,-1e400]}]}',
+            70,
+        ),
         ("/v2/models/simple/infer", b'{"id":1e999,"inputs":[]}', 6),  # before the id's type
         ("/v2/logging", b'{"log_verbose_level":0,"x":1e999}', 27),  # in a field no one reads
         ("/v2/trace/setting", b'{"trace_rate":1e999}', 14),

@@ -944,6 +944,9 @@ def test_numbers_too_big_for_a_double_are_refused_as_rapidjson_refuses_them(numb
         (b'{"id":1e999,"inputs":[]}', 6),  # before a field's type is checked
         (b'{"inputs":[{"name":"I","shape":[1e999],"datatype":"INT32","data":[1]}]}', 32),
         (b'{"inputs":[{"name":"I","shape":[1],"datatype":"FP32","data":[' + b"9" * 400 + b"]}]}", 61),
+        # read by Python as infinity, a request it would have built: Triton's parse refuses it
+        (b'{"inputs":[{"name":"I","shape":[1],"datatype":"FP32","data":[1e400]}]}', 61),
+        (b'{"inputs":[{"name":"I","shape":[2],"datatype":"FP64","data":[0,-1.5e999]}]}', 63),
         (b"[1e999]", 1),  # a document that is no object
         (b'\xef\xbb\xbf{"id":1e999}', 9),  # a byte order mark is counted
         (b'{"a":"1e999\\"","id":2e999}', 20),  # in a string, not a number
