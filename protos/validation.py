@@ -15,6 +15,7 @@ from protos import grpc_service_pb2 as pb
 from protos import model_config_pb2 as mc
 from protos.datatypes import BY_CONFIG_NAME, BY_NAME, DataType
 from protos.input_order import core_order
+from protos.memo import Memo
 from protos.sequence import SequenceFlags, read_sequence
 from protos.status import TurnoutError, invalid_arg, unsupported
 
@@ -46,6 +47,12 @@ def _spec(tensor: mc.ModelInput | mc.ModelOutput) -> TensorSpec:
     )
 
 
+# Request forms remembered per signature (validate), and output metadata serialized per
+# signature (sidecars.responses.encode_response): past these, forgotten and learned again.
+FORMS_PER_SIGNATURE = 64
+ENCODED_OUTPUTS_PER_SIGNATURE = 256
+
+
 class Signature:
     """What a model version accepts and returns, precomputed once per load."""
 
@@ -57,10 +64,10 @@ class Signature:
         self.required = [name for name, spec in self.inputs.items() if not spec.optional]
         # The forms of requests found valid, with what checking them found (validate's
         # fast path): a client sends one form on every request.
-        self.forms: dict[tuple[Any, ...], _Form] = {}
+        self.forms: Memo[tuple[Any, ...], _Form] = Memo(FORMS_PER_SIGNATURE)
         # Each output's response metadata, serialized, by (name, datatype, shape)
         # (sidecars.responses.encode_response).
-        self.encoded_outputs: dict[tuple[str, str, tuple[int, ...]], bytes] = {}
+        self.encoded_outputs: Memo[tuple[str, str, tuple[int, ...]], bytes] = Memo(ENCODED_OUTPUTS_PER_SIGNATURE)
 
     def full_dims(self, spec: TensorSpec) -> list[int]:
         return [-1, *spec.dims] if self.max_batch_size > 0 else list(spec.dims)
@@ -115,10 +122,6 @@ def _uint_parameter(parameter: pb.InferParameter) -> int:
     if which == "uint64_param":
         return parameter.uint64_param
     return 0
-
-
-# Forms remembered per signature; past this many, they are forgotten and learned again.
-FORMS_PER_SIGNATURE = 64
 
 
 @dataclass(frozen=True)
@@ -198,10 +201,8 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
                 return valid
     valid, decodes = _validate(request, signature)
     if form_key is not None and decodes is not None:
-        if len(signature.forms) >= FORMS_PER_SIGNATURE:
-            signature.forms.clear()
-        outputs = tuple(valid.outputs)
-        signature.forms[form_key] = _Form(tuple(decodes), valid.batch_size, valid.key, outputs)
+        form = _Form(tuple(decodes), valid.batch_size, valid.key, tuple(valid.outputs))
+        signature.forms.remember(form_key, form)
     return valid
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from protos import codec
+from protos import codec, wire
 from protos import grpc_service_pb2 as pb
 from protos.datatypes import BY_NAME
 from protos.validation import Signature, ValidRequest
@@ -29,17 +29,14 @@ def build_response(
     batched = signature.max_batch_size > 0
     raw = response.raw_output_contents
     for wanted in request.outputs:
-        spec = signature.outputs[wanted.name]
-        array = outputs.get(wanted.name)
+        array = _output(signature, request, outputs, wanted.name)
         if array is None:  # a python model may leave a requested output out, as in Triton
             continue
-        if spec.reshape is not None:
-            array = array.reshape([request.batch_size, *spec.dims] if batched else list(spec.dims))
         if wanted.class_count > 0:
             array = classify(array, wanted.class_count, batched, labels.get(wanted.name, []))
             datatype = _BYTES
         else:
-            datatype = spec.datatype
+            datatype = signature.outputs[wanted.name].datatype
         response.outputs.add(name=wanted.name, datatype=datatype.name, shape=array.shape)
         raw.append(codec.to_raw(array, datatype))
     return response
@@ -51,56 +48,45 @@ def encode_response(
     """build_response(...).SerializeToString(), byte for byte, written without building the
     message: each output's metadata is serialized once per (name, datatype, shape) and kept
     on the signature. None where an output asks for classification (build_response then)."""
-    batched = signature.max_batch_size > 0
-    encoded = signature.encoded_outputs
     parts = [_head(model, version)]
     if request.id:
-        parts += _field(_ID, request.id.encode())
+        parts.append(wire.length_delimited(_ID, request.id.encode()))
     raws: list[bytes] = []
     for wanted in request.outputs:
         if wanted.class_count > 0:
             return None
-        array = outputs.get(wanted.name)
+        array = _output(signature, request, outputs, wanted.name)
         if array is None:
             continue
-        spec = signature.outputs[wanted.name]
-        if spec.reshape is not None:
-            array = array.reshape([request.batch_size, *spec.dims] if batched else list(spec.dims))
-        datatype = spec.datatype
+        datatype = signature.outputs[wanted.name].datatype
         key = (wanted.name, datatype.name, array.shape)
-        entry = encoded.get(key)
+        entry = signature.encoded_outputs.get(key)
         if entry is None:
-            if len(encoded) >= ENCODED_OUTPUTS_PER_SIGNATURE:  # shapes that keep changing: start over
-                encoded.clear()
             tensor = pb.ModelInferResponse.InferOutputTensor(
                 name=wanted.name, datatype=datatype.name, shape=array.shape
             )
-            entry = encoded[key] = b"".join(_field(_OUTPUT, tensor.SerializeToString()))
+            entry = signature.encoded_outputs.remember(key, wire.length_delimited(_OUTPUT, tensor.SerializeToString()))
         parts.append(entry)
-        raws += _field(_RAW, codec.to_raw(array, datatype))
+        data = codec.to_raw(array, datatype)
+        raws += (_RAW_TAG, wire.varint(len(data)), data)  # joined once, with the rest
     return b"".join(parts + raws)
 
 
-# Output metadata kept per signature, at most (outputs times the shapes they take).
-ENCODED_OUTPUTS_PER_SIGNATURE = 256
+def _output(
+    signature: Signature, request: ValidRequest, outputs: Mapping[str, np.ndarray], name: str
+) -> np.ndarray | None:
+    """The model's output `name` in the config's shape (its reshape undone); None if left out."""
+    array = outputs.get(name)
+    spec = signature.outputs[name]
+    if array is None or spec.reshape is None:
+        return array
+    return array.reshape([request.batch_size, *spec.dims] if signature.max_batch_size > 0 else list(spec.dims))
 
-# ModelInferResponse's length-delimited fields, as wire tags: id (3), outputs (5),
-# raw_output_contents (6). model_name (1) and model_version (2) come first, in _head.
-_ID = b"\x1a"
-_OUTPUT = b"\x2a"
-_RAW = b"\x32"
 
-
-def _field(tag: bytes, value: bytes) -> tuple[bytes, bytes, bytes]:
-    size = len(value)
-    if size < 0x80:
-        return tag, bytes((size,)), value
-    varint = bytearray()
-    while size >= 0x80:
-        varint.append(size & 0x7F | 0x80)
-        size >>= 7
-    varint.append(size)
-    return tag, bytes(varint), value
+# ModelInferResponse's fields written here: id (3), outputs (5), raw_output_contents (6,
+# its tag written out). model_name (1) and model_version (2) come first, in _head.
+_ID, _OUTPUT = 3, 5
+_RAW_TAG = wire.varint(6 << 3 | wire.LENGTH_DELIMITED)
 
 
 @functools.lru_cache(maxsize=256)

@@ -17,6 +17,7 @@ from gateway.http.encoding import parse_json, refuse_too_big_number
 from gateway.settings import GatewaySettings
 from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferRequest
+from protos.memo import Memo
 from protos.sequence import as_int64
 from protos.status import TurnoutError, internal, invalid_arg
 
@@ -124,7 +125,7 @@ class _Known:
 # _KNOWN_HEADERS of them: a client sends one header with every request of one shape.
 _KNOWN_HEADER_BYTES = 4096
 _KNOWN_HEADERS = 64
-_known: dict[tuple[bytes, str, str], _Known] = {}
+_known: Memo[tuple[bytes, str, str], _Known] = Memo(_KNOWN_HEADERS)
 
 
 def _from_known(known: _Known, body: bytes, json_end: int) -> tuple[ModelInferRequest, OutputRendering] | None:
@@ -195,12 +196,10 @@ def parse_infer_request(
     # `data` read as infinity): Triton's parse refuses it all the same.
     refuse_too_big_number(header)
     if key is not None and sizes is not None:
-        if len(_known) >= _KNOWN_HEADERS:
-            _known.clear()
         template = ModelInferRequest()
         template.CopyFrom(request)
         del template.raw_input_contents[:]
-        _known[key] = _Known(template, rendering.copy(), sizes, sum(sizes))
+        _known.remember(key, _Known(template, rendering.copy(), sizes, sum(sizes)))
     return request, rendering
 
 

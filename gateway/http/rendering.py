@@ -9,7 +9,9 @@ from typing import Any
 from gateway.http.parsing import OutputRendering
 from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferResponse
+from protos.memo import Memo
 from protos.status import internal, invalid_arg
+from protos.wire import read_varint
 
 
 def _parameter_value(param: InferParameter) -> Any:
@@ -44,15 +46,13 @@ def render_encoded(encoded: bytes, rendering: OutputRendering) -> tuple[bytes, i
                 return b"".join([header, *raws]), header_length
     body, header_length, all_binary = _render(ModelInferResponse.FromString(encoded), rendering)
     if key is not None and all_binary:
-        if len(_remembered) >= _REMEMBERED_ANSWERS:
-            _remembered.clear()
-        _remembered[key] = (body if header_length is None else body[:header_length], header_length)
+        _remembered.remember(key, (body if header_length is None else body[:header_length], header_length))
     return body, header_length
 
 
 _REMEMBERED_HEAD_BYTES = 4096
 _REMEMBERED_ANSWERS = 64
-_remembered: dict[tuple[Any, ...], tuple[bytes, int | None]] = {}
+_remembered: Memo[tuple[Any, ...], tuple[bytes, int | None]] = Memo(_REMEMBERED_ANSWERS)
 
 # ModelInferResponse's fields as wire tags, each length-delimited: model_name (1),
 # model_version (2), id (3), parameters (4), outputs (5), raw_output_contents (6).
@@ -62,7 +62,9 @@ _RAW_TAG = 0x32
 
 def _split_raw(encoded: bytes) -> tuple[int, list[memoryview]] | None:
     """Where a serialized response's raw contents begin, and each of them; None unless
-    they come last, after every other field (as protobuf and the sidecars write them)."""
+    they come last, after every other field (as protobuf and the sidecars write them).
+    `protos.wire.fields` walks any message; this reads only the length-delimited fields an
+    answer has, without a tuple per field, as it runs on every HTTP answer."""
     view = memoryview(encoded)
     end = len(encoded)
     at = 0
@@ -75,7 +77,7 @@ def _split_raw(encoded: bytes) -> tuple[int, list[memoryview]] | None:
             size = encoded[at + 1]
             at += 2
             if size > 0x7F:  # a length of more than one byte
-                size, at = _long_length(encoded, at, size)
+                size, at = read_varint(encoded, at - 1)
             if tag == _RAW_TAG:
                 if head_end < 0:
                     head_end = start
@@ -83,22 +85,9 @@ def _split_raw(encoded: bytes) -> tuple[int, list[memoryview]] | None:
             elif tag not in _HEAD_TAGS or head_end >= 0:
                 return None
             at += size
-    except IndexError:  # cut short: the full parse says how
+    except (IndexError, ValueError):  # cut short: the full parse says how
         return None
     return (head_end, raws) if head_end >= 0 and at == end else None
-
-
-def _long_length(encoded: bytes, at: int, first: int) -> tuple[int, int]:
-    """A varint length whose first byte, `first`, said more follow; and where it ends."""
-    size = first & 0x7F
-    shift = 7
-    while True:
-        byte = encoded[at]
-        at += 1
-        size |= (byte & 0x7F) << shift
-        if byte < 0x80 or shift > 28:
-            return size, at
-        shift += 7
 
 
 def _render(response: ModelInferResponse, rendering: OutputRendering) -> tuple[bytes, int | None, bool]:

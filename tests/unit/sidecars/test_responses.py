@@ -7,8 +7,8 @@ import pytest
 from google.protobuf import text_format
 
 from protos import model_config_pb2 as mc
-from protos.validation import RequestedOutput, Signature, ValidRequest
-from sidecars.responses import ENCODED_OUTPUTS_PER_SIGNATURE, build_response, encode_response
+from protos.validation import ENCODED_OUTPUTS_PER_SIGNATURE, RequestedOutput, Signature, ValidRequest
+from sidecars.responses import build_response, encode_response
 
 CONFIG = """
 name: "m" max_batch_size: 8
