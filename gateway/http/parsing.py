@@ -184,7 +184,9 @@ def parse_infer_request(
             document, body, json_end, model_name, model_version, max_input_size, locate
         )
     except UnicodeEncodeError:
-        # Such bytes in a name or a parameter: no protobuf string can carry them.
+        # Such bytes in a name or a parameter: no protobuf string can carry them. A number
+        # too big for a double anywhere fails Triton's parse, before any name is read.
+        refuse_too_big_number(header)
         at = _not_utf8(header)
         raise internal(f"failed to parse the request JSON buffer: Invalid encoding in string. at {at}") from None
     except (TurnoutError, OverflowError):

@@ -125,6 +125,18 @@ _TOO_BIG = "failed to parse the request JSON buffer: Number too big to be stored
             b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,2],"data":[0,-1e400]}]}',
             70,
         ),
+        # more digits than Python converts: its own text as an internal error before
+        (
+            "/v2/models/identity_fp32/infer",
+            b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[' + b"1" * 5000 + b"]}]}",
+            68,
+        ),
+        # past the document's first 64 KiB, where it was not looked for before
+        (
+            "/v2/models/identity_fp32/infer",
+            b'{"id":"' + b"x" * 70_000 + b'","inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[1e400]}]}',
+            70_076,
+        ),
         ("/v2/models/simple/infer", b'{"id":1e999,"inputs":[]}', 6),  # before the id's type
         ("/v2/logging", b'{"log_verbose_level":0,"x":1e999}', 27),  # in a field no one reads
         ("/v2/trace/setting", b'{"trace_rate":1e999}', 14),
