@@ -30,10 +30,16 @@ def json_compact(value: Any) -> bytes:
 
 
 _BOM = b"\xef\xbb\xbf"
-# A UTF-16 high surrogate escaped without the low one that must follow it; the backslash
-# before it must not be escaped itself (an even run of backslashes before it).
-_LONE_HIGH_SURROGATE = re.compile(
-    rb"(?<!\\)((?:\\\\)*)(\\u[dD][89abAB][0-9a-fA-F]{2})(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+# A UTF-16 high surrogate escaped without the low one that must follow it, looked for once
+# escaped backslashes are blanked (so every backslash left starts an escape); led by a
+# fixed byte, the search runs at C speed.
+_LONE_HIGH_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})")
+# A string's content that rapidjson reads without fault: plain characters, the escapes it
+# knows, a high surrogate's escape with its low one (possessive: no backtracking state
+# kept per escape, five times faster on a string of escapes).
+_STRING_CONTENT = re.compile(
+    r'(?:[^"\\\x00-\x1f]+|\\["\\/bfnrt]|\\u(?![dD][89abAB])[0-9a-fA-F]{4}'
+    r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})*+"
 )
 _ESCAPES = frozenset('"\\/bfnrt')
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -139,9 +145,12 @@ def _too_big_number(data: bytes, before: int) -> int | None:
             exponent = _BIG_EXPONENT.search(marked, position)
         if 0 <= digits < position:
             digits = marked.find(_LONG_DIGITS, position)
-        if exponent is None and digits < 0:
+        places = [digits] if digits >= 0 else []
+        if exponent is not None:
+            places.append(exponent.start())
+        if not places:
             return None
-        at = exponent.start() if digits < 0 else digits if exponent is None else min(exponent.start(), digits)
+        at = min(places)
         inside ^= plain.count(b'"', counted, at) & 1
         counted = at
         if inside:  # on from the string's end
@@ -239,13 +248,13 @@ def _surrogate_fault(data: bytes, before: int) -> tuple[str, int] | None:
     """rapidjson's fault at the first escaped high surrogate before byte `before` that
     lacks its low one: at the escape's backslash, about the hex digits when a `\\u`
     follows with fewer than four."""
-    lone = _LONE_HIGH_SURROGATE.search(data, 0, before + 12)
-    if lone is None or lone.start(2) >= before:
+    lone = _LONE_HIGH_SURROGATE.search(data.replace(b"\\\\", b"__"), 0, before + 12)
+    if lone is None or lone.start() >= before:
         return None
-    after = data[lone.end(2) : lone.end(2) + 6]
+    after = data[lone.end() : lone.end() + 6]
     if after[:2] == b"\\u" and not (len(after) == 6 and _HEX_BYTES.fullmatch(after[2:])):
-        return "Incorrect hex digit after \\u escape in string.", lone.start(2)
-    return "The surrogate pair in string is invalid.", lone.start(2)
+        return "Incorrect hex digit after \\u escape in string.", lone.start()
+    return "The surrogate pair in string is invalid.", lone.start()
 
 
 def _rapidjson_error(exc: json.JSONDecodeError) -> tuple[str, int]:
@@ -279,6 +288,8 @@ def _rapidjson_error(exc: json.JSONDecodeError) -> tuple[str, int]:
 
 def _string_fault(doc: str, at: int) -> tuple[str, int]:
     """rapidjson's reading of a string Python found unterminated, from just after its quote."""
+    content = _STRING_CONTENT.match(doc, at)  # what it reads without fault, at C speed
+    at = at if content is None else content.end()
     while at < len(doc):
         char = doc[at]
         if char == "\\":
@@ -319,16 +330,8 @@ def _rapidjson_message(exc: json.JSONDecodeError) -> str:
     return "Invalid value."
 
 
-def _inside_array(doc: str | bytes, pos: int) -> bool:
-    text = doc if isinstance(doc, str) else doc.decode("utf-8", errors="replace")
-    depth_chars = [c for c in text[:pos] if c in "[]{}"]
-    stack: list[str] = []
-    for c in depth_chars:
-        if c in "[{":
-            stack.append(c)
-        elif stack:
-            stack.pop()
-    return bool(stack) and stack[-1] == "["
+def _inside_array(doc: str, pos: int) -> bool:
+    return nesting.innermost_open(doc[:pos].encode("utf-8", "surrogateescape")) == ord("[")
 
 
 _LIMIT_HINT = "Use --http-max-input-size to increase the limit."

@@ -134,7 +134,8 @@ _TOO_BIG = "failed to parse the request JSON buffer: Number too big to be stored
         # past the document's first 64 KiB, where it was not looked for before
         (
             "/v2/models/identity_fp32/infer",
-            b'{"id":"' + b"x" * 70_000 + b'","inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[1e400]}]}',
+            b'{"id":"' + b"x" * 70_000 + b'","inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],'
+            b'"data":[1e400]}]}',
             70_076,
         ),
         ("/v2/models/simple/infer", b'{"id":1e999,"inputs":[]}', 6),  # before the id's type

@@ -853,6 +853,7 @@ def test_parse_json_ends_the_document_at_a_nul_as_rapidjson_does():
     )
 
 
+_ESCAPED = b"\\n\\u0041\\ud83d\\ude00"
 # Each answered by Triton 2.51 (rapidjson) to an infer body: its words, and its offset in
 # bytes, which is often not where Python's parser stops.
 RAPIDJSON_FAULTS = [
@@ -877,6 +878,18 @@ RAPIDJSON_FAULTS = [
     (b'{"a": 1e}', "Miss exponent in number.", 8),
     (b'{"a": 1.5e-x}', "Miss exponent in number.", 11),
     (b'\xef\xbb\xbf{"a": t', "Invalid value.", 10),  # a byte order mark is skipped, and counted
+    # a string's escapes read past at once, the fault after them found where rapidjson finds it
+    (b'{"a": "' + _ESCAPED * 100 + b'\\\\\\ud800"}', "The surrogate pair in string is invalid.", 2009),
+    (b'{"a": "' + _ESCAPED * 100 + b"\\\\\\ud800", "The surrogate pair in string is invalid.", 2009),
+    (b'{"a": "\\\\ud800', "Missing a closing quotation mark in string.", 14),  # an escaped backslash, then text
+    (b'{"a": "\\\\\\\\\\ud800x', "The surrogate pair in string is invalid.", 11),
+    (b'{"a": "' + b'\\"' * 300 + b'\\x"}', "Invalid escape character in string.", 607),
+    (b'{"a": "' + b"\\/" * 300, "Missing a closing quotation mark in string.", 607),
+    # a bracket inside a string opens nothing
+    (b'{"a":"[" "b":1}', "Missing a comma or '}' after an object member.", 9),
+    (b'{"a":["]" 1]}', "Missing a comma or ']' after an array element.", 10),
+    (b'[{"a":"{" "b":1}]', "Missing a comma or '}' after an object member.", 10),
+    (b'{"a":["\\"]" 1]}', "Missing a comma or ']' after an array element.", 12),
 ]
 
 
@@ -887,6 +900,7 @@ def test_json_faults_are_reported_where_rapidjson_stops(body: bytes, text: str, 
         assert err.message == f"failed to parse the request JSON buffer: {text} at {offset}"
 
 
+_TOO_BIG = "Number too big to be stored in double."
 # JSON numbers and whether Triton 2.51 (rapidjson) refuses each as "Number too big to be
 # stored in double.", each checked there as the first element of an INT32 input's data.
 _Z309, _M309, _N309 = "1" + "0" * 308, "17976931348623157" + "0" * 292, "2" + "0" * 308
@@ -1005,7 +1019,7 @@ def test_a_document_crafted_against_the_number_scan_is_read_in_bounded_time(body
         refuse_too_big_number(body)
     else:
         err = error_of(refuse_too_big_number, body)
-        assert err.message == f"failed to parse the request JSON buffer: Number too big to be stored in double. at {offset}"
+        assert err.message == f"failed to parse the request JSON buffer: {_TOO_BIG} at {offset}"
     assert time.perf_counter() - started < 0.25
 
 
