@@ -180,12 +180,18 @@ def parse_infer_request(
     try:
         if not isinstance(document, dict):  # TritonJson finds no member in it: 'inputs' is the first it must have
             raise _missing("inputs")
-        request, rendering, sizes = _request_of(
-            document, body, json_end, model_name, model_version, max_input_size, locate
-        )
-    except UnicodeEncodeError:
-        # Such bytes in a name or a parameter: no protobuf string can carry them. A number
-        # too big for a double anywhere fails Triton's parse, before any name is read.
+        try:
+            request, rendering, sizes = _request_of(
+                document, body, json_end, model_name, model_version, max_input_size, locate
+            )
+        except UnicodeEncodeError:
+            # Such bytes in an id, a name or a parameter, which Triton takes as they are
+            # and no protobuf string can carry: each becomes U+FFFD, and the request goes on.
+            request, rendering, sizes = _request_of(
+                _as_utf8(document), body, json_end, model_name, model_version, max_input_size, locate
+            )
+    except (UnicodeEncodeError, RecursionError):
+        # A number too big for a double anywhere fails Triton's parse, before any name is read.
         refuse_too_big_number(header)
         at = _not_utf8(header)
         raise internal(f"failed to parse the request JSON buffer: Invalid encoding in string. at {at}") from None
@@ -203,6 +209,34 @@ def parse_infer_request(
         del template.raw_input_contents[:]
         _known.remember(key, _Known(template, rendering.copy(), sizes, sum(sizes)))
     return request, rendering
+
+
+def _as_utf8(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` with the bytes that are not UTF-8 in its strings (kept by the parse as
+    surrogate escapes) written as U+FFFD, but for the inputs' `data`: a BYTES element
+    reaches the model as sent."""
+
+    def utf8(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        if isinstance(value, list):
+            return [utf8(item) for item in value]
+        if isinstance(value, dict):
+            return {utf8(key): utf8(item) for key, item in value.items()}
+        return value
+
+    converted = {}
+    for key, value in document.items():
+        if key == "inputs" and isinstance(value, list):
+            converted[key] = [
+                {utf8(name): item if name == "data" else utf8(item) for name, item in tensor.items()}
+                if isinstance(tensor, dict)
+                else utf8(tensor)
+                for tensor in value
+            ]
+        else:
+            converted[utf8(key)] = utf8(value)
+    return converted
 
 
 def _not_utf8(data: bytes | memoryview) -> int:

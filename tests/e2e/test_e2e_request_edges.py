@@ -154,6 +154,54 @@ def test_a_number_too_big_for_a_double_is_refused_as_rapidjson_refuses_it(
     assert_http_serves(server.http)
 
 
+_ONES = b'"datatype":"INT32","shape":[1,16],"data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}'
+_INPUTS = b'{"name":"INPUT0",' + _ONES + b',{"name":"INPUT1",' + _ONES
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "answer"),
+    [
+        (
+            b'{"inputs":[{"name":"S\xfe","datatype":"INT32","shape":[1],"data":[1]}]}',
+            400,
+            {
+                "error": UNKNOWN_ID + "expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) "
+                "['S\ufffd'], but missing required input(s) ['INPUT0','INPUT1']. Please provide all required input(s)."
+            },
+        ),
+        (
+            b'{"inputs":[' + _INPUTS + b'],"outputs":[{"name":"O\xfe"}]}',
+            400,
+            {"error": "unexpected inference output 'O\ufffd' for model 'simple'"},
+        ),
+        (
+            b'{"inputs":[{"name":"INPUT0","datatype":"INT\xfe32","shape":[1,16],"data":[1]},{"name":"INPUT1",'
+            + _ONES
+            + b"]}",
+            400,
+            {"error": "invalid datatype for input INPUT0"},
+        ),
+        (b'{"id":"a\xfeb","inputs":[' + _INPUTS + b"]}", 200, "a\ufffdb"),
+        (b'{"parameters":{"k\xfe":1},"inputs":[' + _INPUTS + b"]}", 200, None),
+        (b'{"parameters":{"k":"v\xfe"},"inputs":[' + _INPUTS + b"]}", 200, None),
+    ],
+)
+def test_bytes_that_are_not_utf8_in_ids_names_and_parameters(
+    server: Server, body: bytes, status: int, answer: Any
+) -> None:
+    # Triton 2.51 takes them as they are: each of these answers with its status (and, but
+    # for the byte, its text). A protobuf string cannot carry them, so here they become
+    # U+FFFD (Triton echoes the raw byte, which makes its answer JSON that is not UTF-8).
+    response = _post(server, "/v2/models/simple/infer", body)
+    assert response.status_code == status, response.text
+    if status == 200:
+        assert response.json().get("id") == answer
+        assert response.json()["outputs"][0]["data"] == [2] * 16
+    else:
+        assert response.json() == answer
+    assert_http_serves(server.http)
+
+
 @pytest.mark.parametrize(
     ("shape", "datatype", "text"),
     [

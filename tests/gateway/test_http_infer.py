@@ -1047,9 +1047,20 @@ def test_json_strings_keep_bytes_that_are_not_utf8_where_a_tensor_can_carry_them
     body = b'{"inputs":[{"name":"S","datatype":"BYTES","shape":[1],"data":["a\xff"]}]}'
     request, _ = parse_infer_request(body, None, "m", "")
     assert request.raw_input_contents[0] == codec.serialize_bytes([b"a\xff"])
-    # A name cannot hold them (a protobuf string): the body is refused as undecodable.
-    err = error_of(parse_infer_request, body.replace(b'"S"', b'"S\xfe"'), None, "m", "")
-    assert err.message == "failed to parse the request JSON buffer: Invalid encoding in string. at 21"
+    # Triton takes them in a name, an id or a parameter as well; a protobuf string cannot
+    # carry them, so there each becomes U+FFFD, and the element keeps its bytes.
+    body = (
+        b'{"id":"r\xfe","parameters":{"k\xfe":"v\xff"},"inputs":[{"name":"S\xfe","datatype":"BYTES","shape":[1],'
+        b'"parameters":{"p":"\xfe"},"data":["a\xff"]}],"outputs":[{"name":"O\xfe"}]}'
+    )
+    request, rendering = parse_infer_request(body, None, "m", "")
+    assert (request.id, request.inputs[0].name, request.outputs[0].name) == ("r\ufffd", "S\ufffd", "O\ufffd")
+    assert request.parameters["k\ufffd"].string_param == "v\ufffd"
+    assert request.raw_input_contents[0] == codec.serialize_bytes([b"a\xff"])
+    assert list(rendering.binary) == ["O\ufffd"]
+    # A number too big for a double anywhere is still the first fault.
+    err = error_of(parse_infer_request, body.replace(b'"r\xfe"', b'"r\xfe","x":1e999'), None, "m", "")
+    assert err.message == f"failed to parse the request JSON buffer: {_TOO_BIG} at 15"
 
 
 # --- other JSON shapes ---
