@@ -74,6 +74,19 @@ def parse_json(buffer: bytes | memoryview, raw_strings: bool = False) -> Any:
     return value
 
 
+def as_utf8(value: Any) -> Any:
+    """A document parsed with `raw_strings`, each byte of its strings that is not UTF-8
+    (kept as a surrogate escape) written as U+FFFD: what a protobuf string, a log line or
+    an answer can carry. Its depth is the parse's, which Python's parser recursed through."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if isinstance(value, list):
+        return [as_utf8(item) for item in value]
+    if isinstance(value, dict):
+        return {as_utf8(key): as_utf8(item) for key, item in value.items()}
+    return value
+
+
 def _as_read(buffer: bytes | memoryview) -> tuple[bytes, int]:
     """The bytes rapidjson reads of a buffer, and how many it skipped before them (its
     offsets count them): up to the first NUL, which it reads as the end of its input, and

@@ -22,6 +22,7 @@ from gateway.context import RequestContext
 from gateway.header_forward import HeaderForward, set_parameters
 from gateway.http import messages
 from gateway.http.encoding import (
+    as_utf8,
     check_encoding,
     compress,
     json_compact,
@@ -285,11 +286,13 @@ class HttpFront:
         body = await _read(request, limit, None, partial(json_too_large, limit=limit))
         if not required and not body.strip():
             return None
-        document = parse_json(body)
+        # Strings may hold bytes that are not UTF-8: rapidjson takes them, so Triton answers
+        # such a body as any other; here each becomes U+FFFD.
+        document = parse_json(body, raw_strings=True)
         # Python reads a number too big for a double as infinity (or an integer of any
         # size); rapidjson refuses it. Unlike an infer body, asked of every document.
         refuse_too_big_number(body)
-        return document
+        return document if body.isascii() else as_utf8(document)
 
     def _allow(self, request: Request, group: str) -> None:
         """Refuse a restricted API unless the request carries its header and value."""

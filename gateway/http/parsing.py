@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.http.encoding import parse_json, refuse_too_big_number
+from gateway.http.encoding import as_utf8, parse_json, refuse_too_big_number
 from gateway.settings import GatewaySettings
 from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferRequest
@@ -212,30 +212,19 @@ def parse_infer_request(
 
 
 def _as_utf8(document: dict[str, Any]) -> dict[str, Any]:
-    """`document` with the bytes that are not UTF-8 in its strings (kept by the parse as
-    surrogate escapes) written as U+FFFD, but for the inputs' `data`: a BYTES element
-    reaches the model as sent."""
-
-    def utf8(value: Any) -> Any:
-        if isinstance(value, str):
-            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        if isinstance(value, list):
-            return [utf8(item) for item in value]
-        if isinstance(value, dict):
-            return {utf8(key): utf8(item) for key, item in value.items()}
-        return value
-
+    """`document` with the bytes that are not UTF-8 in its strings written as U+FFFD, but
+    for the inputs' `data`: a BYTES element reaches the model as sent."""
     converted = {}
     for key, value in document.items():
         if key == "inputs" and isinstance(value, list):
             converted[key] = [
-                {utf8(name): item if name == "data" else utf8(item) for name, item in tensor.items()}
+                {as_utf8(name): item if name == "data" else as_utf8(item) for name, item in tensor.items()}
                 if isinstance(tensor, dict)
-                else utf8(tensor)
+                else as_utf8(tensor)
                 for tensor in value
             ]
         else:
-            converted[utf8(key)] = utf8(value)
+            converted[as_utf8(key)] = as_utf8(value)
     return converted
 
 

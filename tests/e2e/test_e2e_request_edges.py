@@ -203,6 +203,37 @@ def test_bytes_that_are_not_utf8_in_ids_names_and_parameters(
 
 
 @pytest.mark.parametrize(
+    ("path", "body", "status", "text"),
+    [
+        ("/v2/logging", b'{"x\xfe":1}', 200, None),
+        ("/v2/logging", b'{"log_file":"\xfe"}', 501, "log file location can not be updated through network protocol"),
+        (
+            "/v2/trace/setting",
+            b'{"trace_file":"\xfe"}',
+            501,
+            "trace file location can not be updated through network protocol",
+        ),
+        ("/v2/repository/index", b'{"x":"\xfe"}', 200, None),
+        (
+            "/v2/repository/models/simple/load",
+            b'{"parameters":{"x":"\xfe"}}',
+            500,
+            "unexpected error on creating Triton parameter",
+        ),
+    ],
+)
+def test_bytes_that_are_not_utf8_in_other_bodies(
+    server: Server, path: str, body: bytes, status: int, text: str | None
+) -> None:
+    # Each Triton 2.51's answer (an 'Invalid encoding in string' 500 here before).
+    response = _post(server, path, body)
+    assert response.status_code == status, response.text
+    if text is not None:
+        assert response.json() == {"error": text}
+    assert_http_serves(server.http)
+
+
+@pytest.mark.parametrize(
     ("shape", "datatype", "text"),
     [
         (
