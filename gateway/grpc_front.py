@@ -35,7 +35,7 @@ from gateway.tracing.trace import (
 )
 from protos import grpc_service_pb2 as pb
 from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE, abort_call
-from protos.status import CAUSE_METADATA, REFUSAL_STATUS_PARAMETER, Cause, Status, TurnoutError, invalid_arg
+from protos.status import CAUSE_METADATA, REFUSAL_STATUS_PARAMETER, Cause, Status, TurnoutError, internal
 from protos.wire import length_delimited
 
 logger = logging.getLogger(__name__)
@@ -111,11 +111,17 @@ def _empty_response(request: pb.ModelInferRequest) -> bytes:
     return serialized
 
 
+def _unparsable() -> TurnoutError:
+    """What grpc's C++ server (Triton's) answers a request that is no message of its type:
+    bytes that do not decode, or a string field that is not UTF-8."""
+    return internal("Unable to parse request")
+
+
 def _parse_infer(encoded: bytes) -> pb.ModelInferRequest:
     try:
         request: pb.ModelInferRequest = pb.ModelInferRequest.FromString(encoded)
-    except DecodeError as exc:  # bytes that are no ModelInferRequest: the client's error
-        raise invalid_arg(f"failed to parse the inference request: {exc}") from exc
+    except DecodeError:
+        raise _unparsable() from None
     return request
 
 
@@ -125,8 +131,8 @@ def _parsing(handler: Handler, message: Any) -> Handler:
     async def call(encoded: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
             request = message.FromString(encoded)
-        except DecodeError as exc:
-            raise invalid_arg(f"failed to parse the {message.DESCRIPTOR.name}: {exc}") from exc
+        except DecodeError:
+            raise _unparsable() from None
         return await handler(request, context)
 
     return call
@@ -280,10 +286,10 @@ class InferenceService:
         call_context = _request_context(context)
         with_status = _asks_causes(context)
 
-        async def one(encoded: bytes) -> None:
+        async def one(request: pb.ModelInferRequest, encoded: bytes) -> None:
             final = None
             try:
-                final = await self._stream_one(encoded, call_context, with_status, responses.put_nowait)
+                final = await self._stream_one(request, encoded, call_context, with_status, responses.put_nowait)
             finally:
                 if final is not None:
                     responses.put_nowait(final)
@@ -292,9 +298,16 @@ class InferenceService:
 
         async def read_all(group: asyncio.TaskGroup) -> None:
             async for encoded in requests:
+                try:
+                    request = pb.ModelInferRequest.FromString(encoded)
+                except DecodeError:
+                    # grpc's C++ server fails such a read, which Triton takes for the end
+                    # of the client's requests: those read are answered, then the stream
+                    # ends with OK.
+                    return
                 if window is not None:
                     await window.acquire()
-                group.create_task(one(encoded))
+                group.create_task(one(request, encoded))
 
         async def run() -> None:
             try:
@@ -325,6 +338,7 @@ class InferenceService:
 
     async def _stream_one(
         self,
+        request: pb.ModelInferRequest,
         encoded: bytes,
         call_context: RequestContext,
         with_status: bool,
@@ -336,7 +350,6 @@ class InferenceService:
         called = ("", "")  # the model and version as the client named them
         trace = None
         try:
-            request = _parse_infer(encoded)
             request_id = request.id
             called = (request.model_name, request.model_version)
             if self._forward:

@@ -209,9 +209,9 @@ def test_fuzz_grpc_malformed_protobuf(target: Server, payload: bytes, method: st
         except grpc.RpcError as exc:
             code, details = exc.code(), exc.details()  # type: ignore[attr-defined]
             assert code != grpc.StatusCode.UNKNOWN, (code, details)
-            if method == "ModelInfer":
-                # Our own parse: a client error, with a message.
-                assert code != grpc.StatusCode.INTERNAL, (code, details)
+            if method == "ModelInfer" and code == grpc.StatusCode.INTERNAL:
+                # Only bytes that are no ModelInferRequest, answered in grpc's C++ words (Triton's).
+                assert details == "Unable to parse request", details
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])

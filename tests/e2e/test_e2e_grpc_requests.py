@@ -160,3 +160,48 @@ def test_model_apis_refuse_in_tritons_words(
     with pytest.raises(grpc.RpcError) as caught:
         getattr(stub, method)(message)
     assert (caught.value.code().name, caught.value.details()) == (code, text)
+
+
+# A request that is no message of its type: bytes that do not decode, and a string field
+# that is not UTF-8 (an id, a model's name), which protobuf refuses to read.
+_NOT_UTF8_NAME = b"\x0a\x07simple\xfe"
+_UNPARSABLE = [
+    *(
+        (method, body)
+        for method in ("ServerLive", "ModelReady", "ModelMetadata", "ModelInfer")
+        for body in (b"\x0a", b"\x0a\xff\xff")
+    ),
+    ("ModelReady", _NOT_UTF8_NAME),
+    ("ModelMetadata", _NOT_UTF8_NAME),
+    ("ModelInfer", _simple(lambda r: None).SerializeToString() + b"\x1a\x03a\xfeb"),  # the id (field 3)
+    ("ModelInfer", _NOT_UTF8_NAME + _simple(lambda r: None).SerializeToString()[8:]),
+]
+
+
+@pytest.mark.parametrize(("method", "body"), _UNPARSABLE)
+def test_a_request_that_does_not_parse_is_refused_as_grpcs_cpp_server_refuses_it(
+    server: Server, method: str, body: bytes
+) -> None:
+    # Triton 2.51: INTERNAL 'Unable to parse request' for each (INVALID_ARGUMENT with
+    # protobuf's own text here before).
+    with grpc.insecure_channel(server.grpc) as channel:
+        call = channel.unary_unary(f"/inference.GRPCInferenceService/{method}", lambda b: b, lambda b: b)
+        with pytest.raises(grpc.RpcError) as info:
+            call(body, timeout=30)
+        assert (info.value.code(), info.value.details()) == (grpc.StatusCode.INTERNAL, "Unable to parse request")
+        stub = pbg.GRPCInferenceServiceStub(channel)
+        assert stub.ModelReady(pb.ModelReadyRequest(name="simple")).ready
+
+
+def test_a_stream_message_that_does_not_parse_ends_the_streams_reading(server: Server) -> None:
+    # As in Triton 2.51: grpc's C++ server fails the read, which Triton takes for the end of
+    # the client's requests; those before it are answered, those after it never read, and
+    # the stream ends with OK.
+    requests = [_simple(lambda r, i=i: setattr(r, "id", f"r{i}")).SerializeToString() for i in range(3)]
+    with grpc.insecure_channel(server.grpc) as channel:
+        call = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer", lambda b: b, pb.ModelStreamInferResponse.FromString
+        )
+        answers = list(call(iter([requests[0], requests[1], b"\x0a\xff\xff", requests[2]]), timeout=30))
+    assert sorted(answer.infer_response.id for answer in answers) == ["r0", "r1"]
+    assert all(answer.error_message == "" for answer in answers)
