@@ -50,14 +50,15 @@ def parse_json(buffer: bytes | memoryview, raw_strings: bool = False) -> Any:
     """Parse a JSON document, failing with Triton's (rapidjson-worded) INTERNAL error; as
     rapidjson, the document ends at its first NUL byte (no valid JSON holds one), a UTF-8
     byte order mark before it is skipped, and an escaped high surrogate must have its low
-    one. A document nested deeper than Python's parser recurses is parsed as
-    `nesting.prune` leaves it, as Triton parses any depth and reads only the fields it needs."""
+    one. A document nested deeper than Python's parser recurses is parsed in bands
+    (`nesting.pieces`): its value is the first band's, containers deeper than that written
+    empty, as Triton parses any depth and reads only the fields it needs."""
     data, skipped = _as_read(buffer)
     try:
         try:
             value = _loads(data, raw_strings)
         except RecursionError:
-            value = _loads(nesting.prune(data), raw_strings)
+            value = _loads_deep(data, raw_strings)
     except _JsonFault as fault:
         # Python's parser takes a lone high surrogate, and a number too big for a double;
         # rapidjson stops at the first of either.
@@ -255,6 +256,27 @@ def _loads(data: bytes, raw_strings: bool) -> Any:
         # An integer of more digits than Python converts (4 300): one that rapidjson
         # refuses as too big, which the caller finds; everything before it parsed.
         raise _JsonFault("Invalid value.", len(data)) from None
+
+
+def _loads_deep(data: bytes, raw_strings: bool) -> Any:
+    """The first band of a document too deep for Python's parser; every band is parsed,
+    and the fault first in the document, if any, raised where rapidjson meets it."""
+    value, first = None, None
+    for index, piece in enumerate(nesting.pieces(data)):
+        try:
+            parsed = _loads(piece.text, raw_strings)
+        except _JsonFault as fault:
+            if piece.open_at is not None and fault.offset >= piece.open_at:
+                continue  # past a container left open: that container's piece has the fault
+            offset = piece.origin(min(fault.offset, len(piece.text) - 1)) + (fault.offset >= len(piece.text))
+            if first is None or offset < first.offset:
+                first = _JsonFault(fault.text, offset)
+            continue
+        if index == 0:
+            value = parsed
+    if first is not None:
+        raise first
+    return value
 
 
 def _surrogate_fault(data: bytes, before: int) -> tuple[str, int] | None:

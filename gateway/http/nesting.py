@@ -1,7 +1,9 @@
 """JSON nested deeper than Python's parser recurses. Triton parses any depth (rapidjson,
 iteratively) and answers from the fields it reads, so a deep body must not end in a
-RecursionError here: `prune` empties every container opening below a depth that no
-Triton handler reads, and the rest parses and gets Triton's answer.
+RecursionError here: `pieces` cuts it into bands of PRUNE_DEPTH levels, each parsed
+alone with the containers below it written empty. The first band, the document with
+every container below a depth that no Triton handler reads written empty, is its value;
+a fault anywhere is the first the bands meet, where rapidjson meets it.
 
 Only bodies that already failed to parse come here; the scan works on bounded chunks so a
 64 MB body costs tens of megabytes, not a copy per byte. The same scan tells a parse error
@@ -10,8 +12,10 @@ which container it is in (`innermost_open`).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -63,31 +67,84 @@ def innermost_open(document: bytes) -> int | None:
     return None if last is None else document[last]
 
 
-def prune(document: bytes, depth: int = PRUNE_DEPTH) -> bytes:
-    """`document` with each array or object that opens at nesting level `depth + 1` replaced
-    by an empty one of its kind, brackets inside strings left alone. A container left
-    open runs to the end, so malformed input stays malformed."""
-    opens: list[np.ndarray] = []
-    closes: list[np.ndarray] = []
+@dataclass
+class Piece:
+    """One band of a deep document: an array or object (or the document itself) with each
+    container that opens `depth` levels below it written empty, so Python's parser takes
+    it. `origin` maps a byte of `text` back to the document."""
+
+    text: bytes
+    runs: list[int]  # where each run of `text` starts, in `text`
+    origins: list[int]  # ... and in the document
+    open_at: int | None = None  # where a container left open to the end was written empty
+
+    def origin(self, at: int) -> int:
+        run = bisect.bisect_right(self.runs, at) - 1
+        return self.origins[run] + at - self.runs[run]
+
+
+def pieces(document: bytes, depth: int = PRUNE_DEPTH) -> list[Piece]:
+    """`document` cut into bands of `depth` levels (brackets inside strings left alone):
+    first the document with every container opening at level `depth + 1` written empty,
+    then each such container with those `depth` levels below it written empty, and so on.
+    Every byte is in one piece, so the pieces parse in time linear in the document; a
+    fault is the first in the document of those the pieces find."""
+    found: dict[str, list[np.ndarray]] = {"open": [], "open_band": [], "close": [], "close_band": []}
     for start, opening, closing, levels in _levels(document):
-        opens.append(np.flatnonzero(opening & (levels == depth + 1)) + start)
-        closes.append(np.flatnonzero(closing & (levels == depth)) + start)
-    starts = np.concatenate(opens) if opens else np.empty(0, dtype=np.intp)
-    ends = np.concatenate(closes) if closes else np.empty(0, dtype=np.intp)
-    if not len(starts):
-        return document
-    pieces: list[bytes] = []
-    kept = 0
-    # Cut subtrees are disjoint and in order: each ends at the first closing back to `depth`
-    # after it opened, if any.
-    for begin in starts.tolist():
-        if begin < kept:
-            continue
-        pieces.append(document[kept:begin])
-        pieces.append(b"[]" if document[begin] == _LEFT_BRACKET else b"{}")
-        after = int(np.searchsorted(ends, begin, side="right"))
-        if after >= len(ends):
-            return b"".join(pieces)
-        kept = int(ends[after]) + 1
-    pieces.append(document[kept:])
-    return b"".join(pieces)
+        # A band's container opens at level k * depth + 1 and closes back to k * depth.
+        at = np.flatnonzero(opening & (levels > depth) & (levels % depth == 1))
+        found["open"].append(at + start)
+        found["open_band"].append((levels[at] - 1) // depth)
+        at = np.flatnonzero(closing & (levels >= depth) & (levels % depth == 0))
+        found["close"].append(at + start)
+        found["close_band"].append(levels[at] // depth)
+    # Each band's containers, in order, as (first byte, closing byte or -1 if left open):
+    # a container closes at the first closing back to its band's level after it opened.
+    span = len(document) + 1
+    opens = np.sort(np.concatenate(found["open_band"]).astype(np.int64) * span + np.concatenate(found["open"]))
+    closes = np.sort(np.concatenate(found["close_band"]).astype(np.int64) * span + np.concatenate(found["close"]))
+    matched = np.append(closes, -1)[np.searchsorted(closes, opens, side="right")]
+    ends = np.where((matched >= 0) & (matched // span == opens // span), matched % span, -1)
+    cuts: dict[int, tuple[list[int], list[int]]] = {}
+    for band, begin, end in zip((opens // span).tolist(), (opens % span).tolist(), ends.tolist(), strict=True):
+        begins_of, ends_of = cuts.setdefault(band, ([], []))
+        begins_of.append(begin)
+        ends_of.append(end)
+    result = [_piece(document, 0, len(document), cuts.get(1))]
+    for band in sorted(cuts):
+        for begin, end in zip(*cuts[band], strict=True):
+            stop = len(document) if end < 0 else end + 1
+            result.append(_piece(document, begin, stop, cuts.get(band + 1)))
+    return result
+
+
+def _piece(document: bytes, begin: int, stop: int, inner: tuple[list[int], list[int]] | None) -> Piece:
+    """document[begin:stop] with the containers of `inner` inside it written empty."""
+    texts: list[bytes] = []
+    runs: list[int] = []
+    origins: list[int] = []
+    length = 0
+
+    def run(text: bytes, origin: int) -> None:
+        nonlocal length
+        if text:
+            texts.append(text)
+            runs.append(length)
+            origins.append(origin)
+            length += len(text)
+
+    position, open_at = begin, None
+    if inner is not None:
+        begins, ends = inner
+        first, last = bisect.bisect_left(begins, begin), bisect.bisect_left(begins, stop)
+        for cut, end in zip(begins[first:last], ends[first:last], strict=True):
+            run(document[position:cut], position)
+            run(document[cut : cut + 1], cut)  # its opening bracket or brace
+            if end < 0:  # left open: it runs to the end, and so does this piece
+                open_at = length
+                position = stop
+                break
+            run(document[end : end + 1], end)
+            position = end + 1
+    run(document[position:stop], position)
+    return Piece(b"".join(texts), runs or [0], origins or [begin], open_at)

@@ -584,13 +584,69 @@ def test_documents_deeper_than_python_recursion_parse():
     assert err.message == "parameter 'p' has invalid type. It should be either 'int', 'bool', or 'string'."
 
 
-def test_prune_keeps_strings_and_empties_deep_containers():
+def test_pieces_keep_strings_and_cut_each_band_of_containers() -> None:
     document = b'{"s":"[[{\\"}]]\\\\","a":' + b"[" * 10 + b'{"k":[1]}' + b"]" * 10 + b"}"
-    assert nesting.prune(document, depth=4) == b'{"s":"[[{\\"}]]\\\\","a":[[[[]]]]}'
-    assert nesting.prune(document, depth=11) == b'{"s":"[[{\\"}]]\\\\","a":' + b"[" * 10 + b"{}" + b"]" * 10 + b"}"
-    assert json.loads(nesting.prune(document, depth=100)) == json.loads(document)
-    # A container left open runs to the end, so the document stays malformed.
-    assert nesting.prune(b"[[[[1,", depth=2) == b"[[[]"
+    cut = nesting.pieces(document, depth=4)
+    # The document with its containers 5 levels down written empty, then each band of 4.
+    assert [piece.text for piece in cut] == [
+        b'{"s":"[[{\\"}]]\\\\","a":[[[[]]]]}',
+        b"[[[[[]]]]]",
+        b'[[[{"k":[]}]]]',
+        b"[1]",
+    ]
+    assert all(piece.open_at is None for piece in cut)
+    # Each byte maps back to where it is in the document.
+    for piece in cut:
+        assert bytes(document[piece.origin(at)] for at in range(len(piece.text))) == piece.text
+    assert json.loads(nesting.pieces(document, depth=100)[0].text) == json.loads(document)
+    # A container left open runs to the end: its piece holds the fault, not the one above.
+    first, inner = nesting.pieces(b"[[[[1,", depth=2)
+    assert (first.text, first.open_at, inner.text, inner.origin(3)) == (b"[[[", 3, b"[[1,", 5)
+
+
+# Deep documents, each Triton 2.51's answer to the same body (/v2/repository/index).
+DEEP_FAULTS = [
+    (b"[" * 100_000, "Invalid value.", 100_000),
+    (b"[" * 300 + b"1 2" + b"]" * 300, "Missing a comma or ']' after an array element.", 302),
+    (b"[" * 300 + b"1,2" + b"]" * 300 + b"x", "The document root must not be followed by other values.", 603),
+    (b"[" * 300 + b"1" + b"]" * 299, "Missing a comma or ']' after an array element.", 600),
+    (b'{"a":' * 300 + b"1" + b"}" * 299 + b",}", "Missing a name for object member.", 1801),
+    (b"[" * 250 + b'"\\q"' + b"]" * 250, "Invalid escape character in string.", 251),
+    (b'{"x":' + b"[" * 1000 + b"1e999" + b"]" * 1000 + b"}", "Number too big to be stored in double.", 1005),
+    (b'{"x":' + b"[" * 1000 + b'"\\ud800"' + b"]" * 1000 + b"}", "The surrogate pair in string is invalid.", 1006),
+    (
+        b'{"x":' + b"[" * 450 + b"[1 2]" + b"]" * 450 + b',"y":[1 2]}',
+        "Missing a comma or ']' after an array element.",
+        458,
+    ),
+    (
+        b'{"x":' + b"[" * 450 + b"[1,2]" + b"]" * 450 + b',"y":[1 2]}',
+        "Missing a comma or ']' after an array element.",
+        918,
+    ),
+    (b'{"x":' + b"[" * 450 + b'{"a" 1}' + b"]" * 450 + b"}", "Missing a colon after a name of object member.", 460),
+    (b"[" * 100_000 + b"1," + b"]" * 100_000, "Invalid value.", 100_002),
+    (b"[" * 100_000 + b'{"a":[1,2', "Missing a comma or ']' after an array element.", 100_009),
+]
+
+
+@pytest.mark.parametrize(("body", "text", "offset"), DEEP_FAULTS)
+def test_a_deep_document_s_fault_is_reported_where_rapidjson_meets_it(body: bytes, text: str, offset: int) -> None:
+    # Each band parsed alone, the first fault in the document reported (before, a fault
+    # below 200 levels went unseen, and one after a cut was reported at the wrong offset).
+    # Read as the front reads any JSON body: parsed, then asked for numbers too big.
+    err = error_of(lambda: (parse_json(body), refuse_too_big_number(body)))
+    assert err.message == f"failed to parse the request JSON buffer: {text} at {offset}"
+
+
+def test_a_deep_document_that_parses_is_read_to_200_levels() -> None:
+    assert parse_json(b"[" * 100_000 + b"]" * 100_000) is not None
+    value = parse_json(b'{"ready":true,"x":' + b"[" * 5000 + b"]" * 5000 + b"}")
+    assert value["ready"] is True
+    depth, level = 0, value["x"]
+    while level:
+        depth, level = depth + 1, level[0]
+    assert depth == nesting.PRUNE_DEPTH - 1  # its containers past 200 levels written empty
 
 
 @pytest.mark.parametrize(
