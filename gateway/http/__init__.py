@@ -9,7 +9,7 @@
 - `encoding`: bodies on the wire: read within `--http-max-input-size` as they arrive
   (`read_body`, compressed ones limited after inflating too), JSON parsed and written
   as Triton does, gzip/deflate.
-- `nesting`: JSON nested deeper than Python's parser recurses, cut so it still parses.
+- `nesting`: JSON nested deeper than Python's parser recurses, read in bands it can parse.
 
 Only `front` imports starlette.
 """

@@ -268,7 +268,7 @@ def _loads_deep(data: bytes, raw_strings: bool) -> Any:
         except _JsonFault as fault:
             if piece.open_at is not None and fault.offset >= piece.open_at:
                 continue  # past a container left open: that container's piece has the fault
-            offset = piece.origin(min(fault.offset, len(piece.text) - 1)) + (fault.offset >= len(piece.text))
+            offset = piece.origin(fault.offset)
             if first is None or offset < first.offset:
                 first = _JsonFault(fault.text, offset)
             continue
@@ -283,7 +283,7 @@ def _surrogate_fault(data: bytes, before: int) -> tuple[str, int] | None:
     """rapidjson's fault at the first escaped high surrogate before byte `before` that
     lacks its low one: at the escape's backslash, about the hex digits when a `\\u`
     follows with fewer than four."""
-    lone = _LONE_HIGH_SURROGATE.search(data.replace(b"\\\\", b"__"), 0, before + 12)
+    lone = _LONE_HIGH_SURROGATE.search(data[: before + 12].replace(b"\\\\", b"__"))
     if lone is None or lone.start() >= before:
         return None
     after = data[lone.end() : lone.end() + 6]

@@ -79,6 +79,7 @@ class Piece:
     open_at: int | None = None  # where a container left open to the end was written empty
 
     def origin(self, at: int) -> int:
+        """Where byte `at` of `text` is in the document (its end: just past its last byte)."""
         run = bisect.bisect_right(self.runs, at) - 1
         return self.origins[run] + at - self.runs[run]
 
@@ -89,20 +90,20 @@ def pieces(document: bytes, depth: int = PRUNE_DEPTH) -> list[Piece]:
     then each such container with those `depth` levels below it written empty, and so on.
     Every byte is in one piece, so the pieces parse in time linear in the document; a
     fault is the first in the document of those the pieces find."""
-    found: dict[str, list[np.ndarray]] = {"open": [], "open_band": [], "close": [], "close_band": []}
+    # Each container that starts a band, and each closing that ends one, as the key
+    # band * span + position: sorted, a band's in order, and bands in order.
+    span = len(document) + 1
+    open_keys: list[np.ndarray] = []
+    close_keys: list[np.ndarray] = []
     for start, opening, closing, levels in _levels(document):
         # A band's container opens at level k * depth + 1 and closes back to k * depth.
         at = np.flatnonzero(opening & (levels > depth) & (levels % depth == 1))
-        found["open"].append(at + start)
-        found["open_band"].append((levels[at] - 1) // depth)
+        open_keys.append(((levels[at] - 1) // depth).astype(np.int64) * span + at + start)
         at = np.flatnonzero(closing & (levels >= depth) & (levels % depth == 0))
-        found["close"].append(at + start)
-        found["close_band"].append(levels[at] // depth)
-    # Each band's containers, in order, as (first byte, closing byte or -1 if left open):
-    # a container closes at the first closing back to its band's level after it opened.
-    span = len(document) + 1
-    opens = np.sort(np.concatenate(found["open_band"]).astype(np.int64) * span + np.concatenate(found["open"]))
-    closes = np.sort(np.concatenate(found["close_band"]).astype(np.int64) * span + np.concatenate(found["close"]))
+        close_keys.append((levels[at] // depth).astype(np.int64) * span + at + start)
+    opens, closes = np.sort(np.concatenate(open_keys)), np.sort(np.concatenate(close_keys))
+    # A container closes at the first closing back to its band's level after it opened;
+    # with none, it is left open (-1).
     matched = np.append(closes, -1)[np.searchsorted(closes, opens, side="right")]
     ends = np.where((matched >= 0) & (matched // span == opens // span), matched % span, -1)
     cuts: dict[int, tuple[list[int], list[int]]] = {}

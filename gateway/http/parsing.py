@@ -191,18 +191,13 @@ def parse_infer_request(
                 _as_utf8(document), body, json_end, model_name, model_version, max_input_size, locate
             )
     except (UnicodeEncodeError, RecursionError):
-        # A number too big for a double anywhere fails Triton's parse, before any name is read.
-        refuse_too_big_number(header)
         at = _not_utf8(header)
         raise internal(f"failed to parse the request JSON buffer: Invalid encoding in string. at {at}") from None
-    except (TurnoutError, OverflowError):
+    finally:
         # A number too big for a double (read by Python as infinity, or as an integer too
-        # large to convert) stops rapidjson before Triton reads any field: that error first.
+        # large to convert) fails rapidjson's parse before Triton reads any field: that
+        # error first, in place of any other, and on a request Python's reading let through.
         refuse_too_big_number(header)
-        raise
-    # A request Python's reading let through may hold such a number too (an input's
-    # `data` read as infinity): Triton's parse refuses it all the same.
-    refuse_too_big_number(header)
     if key is not None and sizes is not None:
         template = ModelInferRequest()
         template.CopyFrom(request)
