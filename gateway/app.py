@@ -26,6 +26,7 @@ from gateway.consul import ConsulClient, ConsulDenied, ConsulUnavailable
 from gateway.core import Gateway
 from gateway.discovery import ConsulRegistry
 from gateway.grpc_front import build_grpc_server
+from gateway.grpc_server import Server as GrpcServer
 from gateway.metrics import GatewayMetrics
 from gateway.metrics_port import FleetMetrics, MetricsServer
 from gateway.registry import ModelRegistry, StaticRegistry
@@ -277,7 +278,7 @@ async def serve(
     # The Consul watches run for the gateway's whole life; cancelled in the finally below.
     watches: list[asyncio.Task[None]] = []
 
-    grpc_server: grpc.aio.Server | None = None
+    grpc_server: grpc.aio.Server | GrpcServer | None = None
     http_server: _HttpServer | None = None
     http_socket: socket.socket | None = None
     metrics_server: MetricsServer | None = None
@@ -427,7 +428,7 @@ async def serve(
 async def _shutdown(
     gateway: Gateway,
     settings: GatewaySettings,
-    grpc_server: grpc.aio.Server | None,
+    grpc_server: grpc.aio.Server | GrpcServer | None,
     http_server: _HttpServer | None,
 ) -> None:
     # 1. Report not ready; new inference requests are refused from here on.

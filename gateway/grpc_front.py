@@ -22,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.context import NO_CONTEXT, RequestContext
 from gateway.core import Gateway
+from gateway.grpc_server import Server
 from gateway.header_forward import HeaderForward, parameters_suffix, set_parameters
 from gateway.restrictions import GRPC_METHOD_GROUPS, Restriction, grpc_refusal
 from gateway.settings import GatewaySettings
@@ -34,7 +35,7 @@ from gateway.tracing.trace import (
     Trace,
 )
 from protos import grpc_service_pb2 as pb
-from protos.rpc import MESSAGE_SIZE_OPTIONS, METHODS, SERVICE, abort_call
+from protos.rpc import BY_NAME, MESSAGE_SIZE_OPTIONS, METHODS, SERVICE, abort_call
 from protos.status import CAUSE_METADATA, REFUSAL_STATUS_PARAMETER, Cause, Status, TurnoutError, internal
 from protos.wire import length_delimited
 
@@ -541,17 +542,25 @@ def build_grpc_server(
     settings: GatewaySettings,
     restrictions: Mapping[str, Restriction] | None = None,
     shared: bool = False,
-) -> grpc.aio.Server:
-    """A grpc.aio server with both services added, its transport as `settings` say; the
-    caller binds ports and starts it. `shared`: the port is shared with the gateway's
-    other workers (gateway.workers)."""
-    # so_reuseport off unless shared: a second gateway on the same fixed port must fail, not share it.
-    options = [*MESSAGE_SIZE_OPTIONS, *transport_options(settings), ("grpc.so_reuseport", 1 if shared else 0)]
-    # Triton compresses infer responses alone at that level; grpc.aio sets compression
-    # for the whole server (a call's own setting does not take), so every answer is
-    # compressed, with gzip, which every gRPC client accepts.
+) -> grpc.aio.Server | Server:
+    """A server with both services added, its transport as `settings` say; the caller binds
+    ports and starts it. `shared`: the port is shared with the gateway's other workers
+    (gateway.workers). Plain gRPC with Triton's transport defaults is served on the event
+    loop itself (gateway.grpc_server); TLS, and keepalive or connection-age flags set,
+    by grpc.aio."""
     level = settings.grpc_infer_response_compression_level.lower()
-    server = grpc.aio.server(options=options, compression=None if level == "none" else grpc.Compression.Gzip)
+    server: grpc.aio.Server | Server
+    if own_server_serves(settings):
+        # Triton's --grpc-infer-response-compression-level: infer answers alone, gzip.
+        infer = frozenset(BY_NAME[name].path for name in RAW_METHODS)
+        server = Server(compression=None if level == "none" else b"gzip", compressed=infer, shared=shared)
+    else:
+        # so_reuseport off unless shared: a second gateway on the same fixed port must fail, not share it.
+        options = [*MESSAGE_SIZE_OPTIONS, *transport_options(settings), ("grpc.so_reuseport", 1 if shared else 0)]
+        # Triton compresses infer responses alone at that level; grpc.aio sets compression
+        # for the whole server (a call's own setting does not take), so every answer is
+        # compressed, with gzip, which every gRPC client accepts.
+        server = grpc.aio.server(options=options, compression=None if level == "none" else grpc.Compression.Gzip)
     service = InferenceService(
         gateway, settings.grpc_stream_max_inflight, HeaderForward(settings.grpc_header_forward_pattern)
     )
@@ -560,6 +569,13 @@ def build_grpc_server(
     health = HealthService(gateway, restriction=(restrictions or {}).get("health"))
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     return server
+
+
+def own_server_serves(settings: GatewaySettings) -> bool:
+    """Whether gateway.grpc_server serves the gRPC port: not with TLS, and only with the
+    keepalive and connection-age flags at Triton's defaults (grpc.aio enforces those)."""
+    defaults = GatewaySettings()
+    return not settings.grpc_use_ssl and transport_options(settings) == transport_options(defaults)
 
 
 def transport_options(settings: GatewaySettings) -> list[tuple[str, int]]:

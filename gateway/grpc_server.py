@@ -1,0 +1,753 @@
+"""A gRPC server that runs on the gateway's own event loop: HTTP/2 through the h2 library.
+
+grpc.aio hands every call between grpc's core threads and the event loop; on a small host
+that hand-off is most of a call's cost (about ten context switches and three tasks a call).
+This server reads and answers calls where their bytes arrive, one task a call, and serves
+the same method handlers (`grpc.RpcMethodHandler`, as gateway.grpc_front builds them) with
+a context that answers what those handlers ask of grpc.aio's. What it speaks is gRPC over
+HTTP/2 as grpc's own servers speak it: messages with their 5-byte prefixes, gzip and
+deflate both ways, `grpc-timeout`, metadata (`-bin` keys in base64), trailers-only
+answers, a client's RST_STREAM cancelling its call, flow control both ways, and GOAWAY
+before a graceful stop. TLS and the keepalive and connection-age flags are grpc.aio's to
+serve (gateway.grpc_front.build_grpc_server picks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import inspect
+import logging
+import socket
+import time
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, NamedTuple
+
+import grpc
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    RemoteSettingsChanged,
+    RequestReceived,
+    StreamEnded,
+    StreamReset,
+    WindowUpdated,
+)
+from h2.exceptions import ProtocolError, StreamClosedError
+from h2.settings import SettingCodes, Settings
+from hyperframe.frame import GoAwayFrame
+
+from protos.rpc import MAX_MESSAGE_BYTES
+
+logger = logging.getLogger(__name__)
+
+_CONFIG = H2Configuration(
+    client_side=False,
+    header_encoding=None,
+    validate_inbound_headers=False,
+    normalize_inbound_headers=False,
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
+)
+# Per stream and per connection: what a client may send before it waits for our
+# WINDOW_UPDATE. Large enough that a 1 MiB tensor crosses without waiting on a round trip.
+_STREAM_WINDOW = 4 << 20
+_CONNECTION_WINDOW = 64 << 20
+_MAX_FRAME = 1 << 20  # the largest DATA frame we accept (what we send follows the client's setting)
+_SETTINGS = {
+    SettingCodes.MAX_CONCURRENT_STREAMS: 2**31 - 1,  # grpc's servers set no limit either
+    SettingCodes.INITIAL_WINDOW_SIZE: _STREAM_WINDOW,
+    SettingCodes.MAX_FRAME_SIZE: _MAX_FRAME,
+    SettingCodes.MAX_HEADER_LIST_SIZE: H2Connection.DEFAULT_MAX_HEADER_LIST_SIZE,
+}
+# A bidi stream's messages read and not yet taken by its handler, past which the client's
+# data is left unacknowledged: its flow control then holds it back, not our memory.
+_QUEUED_MESSAGES = 16
+
+_RESPONSE_HEAD = ((b":status", b"200"), (b"content-type", b"application/grpc"))
+_ACCEPTED_ENCODINGS = (b"grpc-accept-encoding", b"identity,deflate,gzip")
+# Request headers that are the transport's, not the call's metadata (grpc hands the
+# application the rest, user-agent included, in the order they came).
+_TRANSPORT_HEADERS = frozenset(
+    {b"te", b"content-type", b"grpc-encoding", b"grpc-accept-encoding", b"grpc-timeout", b"grpc-message-type"}
+)
+_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+
+
+class _Details(NamedTuple):
+    """What grpc.GenericRpcHandler.service is asked (grpc.HandlerCallDetails)."""
+
+    method: str
+    invocation_metadata: tuple[tuple[str, str | bytes], ...]
+
+
+class _Ended(Exception):
+    """The call is over: its status is set, or its client has gone."""
+
+
+def _percent_encoded(text: str) -> bytes:
+    """grpc-message's encoding: printable ASCII but '%' as it is, every other byte %XX."""
+    raw = text.encode()
+    if all(0x20 <= byte <= 0x7E and byte != 0x25 for byte in raw):
+        return raw
+    return b"".join(bytes((b,)) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in raw)
+
+
+def _timeout(value: bytes) -> float | None:
+    """A grpc-timeout value (up to 8 digits and a unit) in seconds; None when malformed."""
+    digits, unit = value[:-1], value[-1:]
+    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
+        return None
+    return int(digits) * _TIMEOUT_UNITS[unit]
+
+
+def _metadata(headers: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[str, str | bytes], ...]:
+    pairs: list[tuple[str, str | bytes]] = []
+    for key, value in headers:
+        if key[:1] == b":" or key in _TRANSPORT_HEADERS:
+            continue
+        name = key.decode("latin-1")
+        if name.endswith("-bin"):
+            pairs.append((name, base64.b64decode(value + b"=" * (-len(value) % 4))))
+        else:
+            pairs.append((name, value.decode("latin-1")))
+    return tuple(pairs)
+
+
+def _compress(data: bytes, encoding: bytes) -> bytes:
+    compressor = zlib.compressobj(wbits=31 if encoding == b"gzip" else 15)
+    return compressor.compress(data) + compressor.flush()
+
+
+class _Context:
+    """A call's side of grpc.aio.ServicerContext: what the handlers read and set."""
+
+    def __init__(self, call: _Call) -> None:
+        self._call = call
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return self._call.metadata
+
+    def time_remaining(self) -> float | None:
+        deadline = self._call.deadline
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def peer(self) -> str:
+        return self._call.connection.peer
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> None:
+        self._call.code, self._call.details = code, details
+        self._call.trailing = tuple(trailing_metadata or ())
+        raise grpc.aio.AbortError()
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._call.code = code
+
+    def set_details(self, details: str) -> None:
+        self._call.details = details
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._call.code
+
+    def details(self) -> str:
+        return self._call.details
+
+    def set_trailing_metadata(self, trailing_metadata: Any) -> None:
+        self._call.trailing = tuple(trailing_metadata)
+
+    def add_done_callback(self, callback: Callable[[_Context], None]) -> None:
+        self._call.done_callbacks.append(callback)
+
+    def cancelled(self) -> bool:
+        return self._call.cancelled
+
+    def done(self) -> bool:
+        return self._call.ended
+
+
+class _Call:
+    """One stream: its request's headers, the bytes of messages not yet whole, and what is
+    still to be sent of its answer while the client's window is closed."""
+
+    __slots__ = (
+        "buffer",
+        "cancelled",
+        "code",
+        "connection",
+        "deadline",
+        "details",
+        "done_callbacks",
+        "drained",
+        "encoding",
+        "ended",
+        "handler",
+        "head_sent",
+        "messages",
+        "metadata",
+        "method",
+        "pending",
+        "remote_closed",
+        "request",
+        "respond_encoding",
+        "stream_id",
+        "task",
+        "timer",
+        "trailers",
+        "trailing",
+        "unacknowledged",
+    )
+
+    def __init__(self, connection: _Connection, method: str, stream_id: int, handler: grpc.RpcMethodHandler) -> None:
+        self.connection = connection
+        self.method = method
+        self.stream_id = stream_id
+        self.handler = handler
+        self.metadata: tuple[tuple[str, str | bytes], ...] = ()
+        self.deadline: float | None = None
+        self.encoding = b"identity"
+        self.respond_encoding: bytes | None = None
+        self.buffer = bytearray()
+        self.messages: asyncio.Queue[bytes | None] | None = None
+        self.request: bytes | None = None
+        self.unacknowledged = 0
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.code: grpc.StatusCode | None = None
+        self.details = ""
+        self.trailing: tuple[tuple[str, str | bytes], ...] = ()
+        self.done_callbacks: list[Callable[[_Context], None]] = []
+        self.cancelled = False
+        self.ended = False
+        self.head_sent = False
+        self.pending = bytearray()
+        self.trailers: list[tuple[bytes, bytes]] | None = None
+        self.drained: asyncio.Event | None = None
+        self.remote_closed = False
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._h2 = H2Connection(_CONFIG)
+        self._transport: asyncio.Transport | None = None
+        self._calls: dict[int, _Call] = {}
+        self._flush_scheduled = False
+        self.peer = ""
+        self.closing = False
+
+    # -- transport ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        host, port = transport.get_extra_info("peername")[:2]
+        self.peer = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+        self._server.connections.add(self)
+        h2 = self._h2
+        # Set before the preamble, so that its SETTINGS frame carries them (h2 applies them
+        # at once, not on the client's acknowledgement, so the frame limit is set as well).
+        h2.local_settings = Settings(client=False, initial_values=_SETTINGS)
+        h2.max_inbound_frame_size = _MAX_FRAME
+        h2.initiate_connection()
+        h2.increment_flow_control_window(_CONNECTION_WINDOW - 65535)
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        self._transport = None
+        calls = list(self._calls.values())
+        self._calls.clear()
+        for call in calls:
+            call.cancelled = True
+            call.ended = True
+            self._cancel(call)
+            self._done(call)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self._h2.receive_data(data)
+        except ProtocolError:
+            self._flush()
+            if self._transport is not None:
+                self._transport.close()
+            return
+        for event in events:
+            if isinstance(event, DataReceived):
+                self._data(event.stream_id, event.data, event.flow_controlled_length)
+            elif isinstance(event, RequestReceived):
+                self._request(event.stream_id, event.headers)
+            elif isinstance(event, StreamEnded):
+                self._ended(event.stream_id)
+            elif isinstance(event, WindowUpdated):
+                self._resume(event.stream_id)
+            elif isinstance(event, RemoteSettingsChanged):
+                self._resume(0)
+            elif isinstance(event, StreamReset):
+                self._reset(event.stream_id)
+            elif isinstance(event, ConnectionTerminated):
+                self.closing = True
+        self._flush()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        data = self._h2.data_to_send()
+        if data and self._transport is not None:
+            self._transport.write(data)
+
+    def _schedule_flush(self) -> None:
+        # Answers finishing in one turn of the loop leave in one write.
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def goaway(self) -> None:
+        """Tells the client to open no more calls here; those open go on. Written by hand:
+        h2's close_connection would also end the calls in flight."""
+        self.closing = True
+        self._flush()
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = self._h2.highest_inbound_stream_id
+        if self._transport is not None:
+            self._transport.write(frame.serialize())
+
+    def close(self) -> None:
+        """Closes the connection once what is to be sent has been written."""
+        self._flush()
+        if self._transport is not None:
+            self._transport.close()
+
+    @property
+    def idle(self) -> bool:
+        return not self._calls
+
+    # -- requests ----------------------------------------------------------------
+
+    def _request(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+        path = b""
+        content_type = b""
+        timeout = None
+        encoding = b"identity"
+        accepts = b""
+        for key, value in headers:
+            if key == b":path":
+                path = value
+            elif key == b"content-type":
+                content_type = value
+            elif key == b"grpc-timeout":
+                timeout = _timeout(value)
+            elif key == b"grpc-encoding":
+                encoding = value
+            elif key == b"grpc-accept-encoding":
+                accepts = value
+        if not content_type.startswith(b"application/grpc"):
+            self._h2.send_headers(stream_id, ((b":status", b"415"),), end_stream=True)
+            return
+        metadata = _metadata(headers)
+        method = path.decode("latin-1")
+        handler = self._server.handler(method, metadata)
+        call = _Call(self, method, stream_id, handler)
+        self._calls[stream_id] = call
+        call.metadata = metadata
+        call.encoding = encoding
+        compression = self._server.compression
+        if compression is not None and method in self._server.compressed and compression in accepts:
+            call.respond_encoding = compression
+        if handler is None:
+            self._finish(call, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            return
+        if encoding not in (b"identity", b"gzip", b"deflate"):
+            self._finish(
+                call,
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"Compression algorithm '{encoding.decode('latin-1')}' is disabled.",
+            )
+            return
+        if timeout is not None:
+            call.deadline = time.monotonic() + timeout
+            call.timer = self._loop.call_later(timeout, self._expire, call)
+        if handler.request_streaming:
+            # Its handler starts with its first message (or the client's end of sending):
+            # grpc's aio client, still writing when a call ends at once, reports INTERNAL.
+            call.messages = asyncio.Queue()
+
+    def _data(self, stream_id: int, data: bytes, flow_length: int) -> None:
+        call = self._calls.get(stream_id)
+        if call is None or call.ended:
+            with contextlib.suppress(ProtocolError, StreamClosedError):
+                self._h2.acknowledge_received_data(flow_length, stream_id)
+            return
+        buffer = call.buffer
+        buffer += data
+        streaming = call.messages is not None
+        if streaming:
+            call.unacknowledged += flow_length
+        else:
+            self._h2.acknowledge_received_data(flow_length, stream_id)
+        while len(buffer) >= 5:
+            length = int.from_bytes(buffer[1:5], "big")
+            if length > self._server.max_receive:
+                # Refused from its prefix, before its bytes are held.
+                self._finish(
+                    call,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Received message larger than max ({length} vs. {self._server.max_receive})",
+                )
+                return
+            if len(buffer) < 5 + length:
+                break
+            compressed = buffer[0]
+            message = bytes(buffer[5 : 5 + length])
+            del buffer[: 5 + length]
+            if compressed:
+                try:
+                    message = self._decompressed(call, message)
+                except _Ended:
+                    return
+            if streaming:
+                call.messages.put_nowait(message)  # type: ignore[union-attr]
+                if call.task is None:
+                    call.task = self._loop.create_task(self._run(call))
+            elif call.request is None:
+                call.request = message
+            else:
+                self._finish(call, grpc.StatusCode.UNIMPLEMENTED, "Too many requests for a unary call")
+                return
+        if streaming:
+            self._acknowledge(call)
+
+    def _decompressed(self, call: _Call, message: bytes) -> bytes:
+        if call.encoding == b"identity":
+            self._finish(call, grpc.StatusCode.INTERNAL, "Compressed message with no grpc-encoding")
+            raise _Ended
+        try:
+            data = zlib.decompressobj(wbits=47 if call.encoding == b"gzip" else 15)
+            result = data.decompress(message, self._server.max_receive + 1)
+        except zlib.error:
+            self._finish(call, grpc.StatusCode.INTERNAL, "Failed to decompress message")
+            raise _Ended from None
+        if len(result) > self._server.max_receive:
+            self._finish(
+                call,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max (more than {self._server.max_receive} bytes once decompressed)",
+            )
+            raise _Ended
+        return result
+
+    def _acknowledge(self, call: _Call) -> None:
+        if call.unacknowledged and call.messages is not None and call.messages.qsize() < _QUEUED_MESSAGES:
+            with contextlib.suppress(ProtocolError, StreamClosedError):
+                self._h2.acknowledge_received_data(call.unacknowledged, call.stream_id)
+            call.unacknowledged = 0
+
+    def _ended(self, stream_id: int) -> None:
+        call = self._calls.get(stream_id)
+        if call is None:
+            return
+        call.remote_closed = True
+        if call.ended:
+            return
+        if call.messages is not None:
+            if call.buffer:
+                self._finish(call, grpc.StatusCode.INTERNAL, "Incomplete message")
+                return
+            call.messages.put_nowait(None)
+            if call.task is None:
+                call.task = self._loop.create_task(self._run(call))
+        elif call.request is None or call.buffer:
+            self._finish(call, grpc.StatusCode.UNIMPLEMENTED, "Missing request message")
+        else:
+            call.task = self._loop.create_task(self._run(call))
+
+    def _reset(self, stream_id: int) -> None:
+        call = self._calls.pop(stream_id, None)
+        if call is not None and not call.ended:
+            call.cancelled = True
+            call.ended = True
+            self._cancel(call)
+            self._done(call)
+
+    def _expire(self, call: _Call) -> None:
+        call.timer = None
+        if call.ended:
+            return
+        self._cancel(call)
+        self._finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def _cancel(self, call: _Call) -> None:
+        if call.timer is not None:
+            call.timer.cancel()
+            call.timer = None
+        if call.task is not None and not call.task.done():
+            call.task.cancel()
+        if call.drained is not None:
+            call.drained.set()
+
+    # -- running a call ----------------------------------------------------------
+
+    async def _requests(self, call: _Call) -> AsyncIterator[Any]:
+        deserialize = call.handler.request_deserializer
+        messages = call.messages
+        assert messages is not None
+        while (message := await messages.get()) is not None:
+            self._acknowledge(call)
+            self._schedule_flush()
+            yield deserialize(message) if deserialize else message
+
+    async def _run(self, call: _Call) -> None:
+        handler = call.handler
+        context = _Context(call)
+        deserialize = handler.request_deserializer
+        serialize = handler.response_serializer
+        code, details = grpc.StatusCode.OK, ""
+        try:
+            if handler.request_streaming:
+                request: Any = self._requests(call)
+            else:
+                request = deserialize(call.request) if deserialize else call.request
+                call.request = None
+            if handler.response_streaming:
+                behaviour = handler.stream_stream if handler.request_streaming else handler.unary_stream
+                async for response in behaviour(request, context):
+                    await self._send_message(call, serialize(response) if serialize else response)
+            else:
+                behaviour = handler.stream_unary if handler.request_streaming else handler.unary_unary
+                response = behaviour(request, context)
+                if inspect.isawaitable(response):
+                    response = await response
+                self._send_message_now(call, serialize(response) if serialize else response)
+        except grpc.aio.AbortError:
+            code, details = call.code or grpc.StatusCode.UNKNOWN, call.details
+        except _Ended:
+            return
+        except asyncio.CancelledError:
+            return  # reset by the client, past its deadline, or the server stopping
+        except Exception as exc:
+            logger.exception("%s failed", call.method)
+            code, details = grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}"
+        else:
+            if call.code is not None:
+                code, details = call.code, call.details
+        if not call.ended:
+            self._finish(call, code, details)
+
+    def _send_message_now(self, call: _Call, payload: bytes) -> None:
+        if call.ended:
+            raise _Ended
+        h2 = self._h2
+        stream_id = call.stream_id
+        if call.respond_encoding is not None:
+            payload = _compress(payload, call.respond_encoding)
+            prefix = b"\x01" + len(payload).to_bytes(4, "big")
+        else:
+            prefix = b"\x00" + len(payload).to_bytes(4, "big")
+        if not call.head_sent:
+            call.head_sent = True
+            head = [*_RESPONSE_HEAD, _ACCEPTED_ENCODINGS]
+            if call.respond_encoding is not None:
+                head.append((b"grpc-encoding", call.respond_encoding))
+            h2.send_headers(stream_id, head)
+        data = prefix + payload
+        if not call.pending and len(data) <= min(h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size):
+            h2.send_data(stream_id, data)
+        else:
+            call.pending += data
+            self._pump(call)
+        self._schedule_flush()
+
+    async def _send_message(self, call: _Call, payload: bytes) -> None:
+        self._send_message_now(call, payload)
+        if call.pending:
+            # Streamed answers wait for the client's window, as grpc's writes do.
+            call.drained = call.drained or asyncio.Event()
+            call.drained.clear()
+            await call.drained.wait()
+            if call.ended:
+                raise _Ended
+
+    def _pump(self, call: _Call) -> None:
+        h2 = self._h2
+        stream_id = call.stream_id
+        pending = call.pending
+        try:
+            while pending:
+                room = min(h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size, len(pending))
+                if room <= 0:
+                    return
+                h2.send_data(stream_id, bytes(pending[:room]))
+                del pending[:room]
+            if call.trailers is not None:
+                self._close(call, call.trailers)
+        except (ProtocolError, StreamClosedError):
+            pending.clear()
+            self._forget(call)
+            return
+        if call.drained is not None:
+            call.drained.set()
+
+    def _resume(self, stream_id: int) -> None:
+        calls = self._calls.values() if stream_id == 0 else [self._calls[stream_id]] if stream_id in self._calls else ()
+        for call in list(calls):
+            if call.pending:
+                self._pump(call)
+
+    def _finish(self, call: _Call, code: grpc.StatusCode, details: str) -> None:
+        """Ends the call with its status, in the trailers (or alone, trailers-only)."""
+        if call.ended:
+            return
+        call.ended = True
+        if call.timer is not None:
+            call.timer.cancel()
+            call.timer = None
+        status = (b"grpc-status", str(code.value[0]).encode())
+        trailers = [status]
+        if details:
+            trailers.append((b"grpc-message", _percent_encoded(details)))
+        for key, value in call.trailing:
+            if isinstance(value, bytes):
+                trailers.append((key.encode(), base64.b64encode(value).rstrip(b"=")))
+            else:
+                trailers.append((key.encode(), value.encode()))
+        if not call.head_sent:
+            call.head_sent = True
+            trailers[:0] = (*_RESPONSE_HEAD, _ACCEPTED_ENCODINGS)
+        call.trailers = trailers
+        if not call.pending:
+            try:
+                self._close(call, trailers)
+            except (ProtocolError, StreamClosedError):
+                self._forget(call)
+        self._schedule_flush()
+
+    def _close(self, call: _Call, trailers: list[tuple[bytes, bytes]]) -> None:
+        call.trailers = None
+        # A client still sending learns from these trailers that its call is over; what it
+        # sends meanwhile is acknowledged and dropped (`_data`). No RST_STREAM: grpc's
+        # clients may fail a write racing one as INTERNAL, not with the status sent here.
+        self._h2.send_headers(call.stream_id, trailers, end_stream=True)
+        self._forget(call)
+
+    def _forget(self, call: _Call) -> None:
+        self._calls.pop(call.stream_id, None)
+        task = call.task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()  # ended from outside its handler: too large, malformed, expired
+        self._done(call)
+
+    def _done(self, call: _Call) -> None:
+        callbacks, call.done_callbacks = call.done_callbacks, []
+        if callbacks:
+            context = _Context(call)
+            for callback in callbacks:
+                try:
+                    callback(context)
+                except Exception:
+                    logger.exception("a call's done callback failed")
+        self._server.call_ended(self)
+
+
+class Server:
+    """The part of grpc.aio.Server the gateway uses: handlers added, one port bound, started
+    and stopped with a grace period. `compression`: b"gzip" to compress the answers of the
+    `compressed` methods (paths) for clients that accept it, else None."""
+
+    def __init__(
+        self,
+        compression: bytes | None = None,
+        compressed: frozenset[str] = frozenset(),
+        max_receive: int = MAX_MESSAGE_BYTES,
+        shared: bool = False,
+    ) -> None:
+        self.compression = compression
+        self.compressed = compressed
+        self.max_receive = max_receive
+        self._shared = shared
+        self._generic: list[Any] = []
+        self._registered: dict[str, grpc.RpcMethodHandler] = {}
+        self._sockets: list[socket.socket] = []
+        self._servers: list[asyncio.Server] = []
+        self.connections: set[_Connection] = set()
+        self._idle: asyncio.Event | None = None
+        self._stopped = asyncio.Event()
+
+    def add_generic_rpc_handlers(self, handlers: Iterable[Any]) -> None:
+        self._generic.extend(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        for name, handler in handlers.items():
+            self._registered[f"/{service}/{name}"] = handler
+
+    def handler(self, method: str, metadata: tuple[tuple[str, str | bytes], ...]) -> grpc.RpcMethodHandler | None:
+        found = self._registered.get(method)
+        if found is not None:
+            return found
+        details = _Details(method, metadata)
+        for generic in self._generic:
+            found = generic.service(details)
+            if found is not None:
+                self._registered[method] = found  # one lookup per method, not per call
+                return found
+        return None
+
+    def add_insecure_port(self, address: str) -> int:
+        """Binds `address` ("host:port", "[v6]:port") now, as grpc does; RuntimeError when
+        it cannot be bound, as grpc raises."""
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self._shared:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, int(port)))
+            sock.listen(2048)
+        except OSError as exc:
+            sock.close()
+            raise RuntimeError(f"Failed to bind to address {address}: {exc.strerror}") from None
+        self._sockets.append(sock)
+        bound: int = sock.getsockname()[1]
+        return bound
+
+    def add_secure_port(self, address: str, credentials: Any) -> int:
+        raise NotImplementedError("TLS is served by grpc.aio (gateway.grpc_front.build_grpc_server)")
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in self._sockets:
+            self._servers.append(await loop.create_server(lambda: _Connection(self), sock=sock))
+
+    def call_ended(self, connection: _Connection) -> None:
+        if self._idle is not None and connection.idle and connection.closing:
+            connection.close()
+            if all(c.idle for c in self.connections):
+                self._idle.set()
+
+    async def stop(self, grace: float | None) -> None:
+        """Stops accepting, tells every client (GOAWAY), lets calls in flight finish within
+        `grace` seconds, then cancels the rest and closes."""
+        if self._stopped.is_set():
+            return
+        for server in self._servers:
+            server.close()
+        self._idle = asyncio.Event()
+        for connection in list(self.connections):
+            connection.goaway()
+            if connection.idle:
+                connection.close()
+        if grace and any(not c.idle for c in self.connections):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), grace)
+        for connection in list(self.connections):
+            connection.close()
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await server.wait_closed()
+        self._stopped.set()
+
+    async def wait_for_termination(self) -> None:
+        await self._stopped.wait()
