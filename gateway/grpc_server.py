@@ -190,7 +190,6 @@ class _Call:
         "metadata",
         "method",
         "pending",
-        "remote_closed",
         "request",
         "respond_encoding",
         "stream_id",
@@ -226,7 +225,6 @@ class _Call:
         self.pending = bytearray()
         self.trailers: list[tuple[bytes, bytes]] | None = None
         self.drained: asyncio.Event | None = None
-        self.remote_closed = False
 
 
 class _Connection(asyncio.Protocol):
@@ -448,7 +446,6 @@ class _Connection(asyncio.Protocol):
         call = self._calls.get(stream_id)
         if call is None:
             return
-        call.remote_closed = True
         if call.ended:
             return
         if call.messages is not None:

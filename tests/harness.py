@@ -42,6 +42,15 @@ def _ephemeral_floor() -> int:
 _handed_out: set[int] = set()
 
 
+def loopback_bytes() -> int:
+    """Bytes the loopback interface has carried (Linux, /proc/net/dev)."""
+    for line in Path("/proc/net/dev").read_text().splitlines():
+        name, _, counters = line.partition(":")
+        if name.strip() == "lo":
+            return int(counters.split()[0])
+    raise AssertionError("no loopback interface")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free on `host` now, for a server that cannot bind port 0 and report it.
     Taken below the kernel's own range, where no outgoing connection of another process

@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.e2e.simple_requests import check_simple, grpc_inputs, simple_arrays
-from tests.harness import Server, turnout_up, write_repository
+from tests.harness import Server, loopback_bytes, turnout_up, write_repository
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +58,6 @@ def test_a_connection_past_its_age_is_closed(aging_server: Server) -> None:
         check_simple(client.infer("simple", grpc_inputs(a, b)), a, b)
 
 
-def _loopback_bytes() -> int:
-    for line in Path("/proc/net/dev").read_text().splitlines():
-        name, _, counters = line.partition(":")
-        if name.strip() == "lo":
-            return int(counters.split()[0])
-    raise AssertionError("no loopback interface")
-
-
 def test_compressed_infer_answers_arrive_intact(compressing_server: Server) -> None:
     data = np.random.default_rng(5).standard_normal((1, 1 << 18)).astype(np.float32)
     tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
@@ -92,8 +84,8 @@ def test_infer_answers_are_compressed(compressing_server: Server) -> None:
     tensor.set_data_from_numpy(zeros)
     with grpcclient.InferenceServerClient(compressing_server.grpc) as client:
         client.infer("identity_fp32", [tensor])  # connected and warm
-        before = _loopback_bytes()
+        before = loopback_bytes()
         result = client.infer("identity_fp32", [tensor])
-        crossed = _loopback_bytes() - before
+        crossed = loopback_bytes() - before
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), zeros)
     assert crossed < zeros.nbytes * 1.5, crossed

@@ -16,6 +16,7 @@ import pytest
 from gateway.grpc_front import own_server_serves
 from gateway.grpc_server import Server, _percent_encoded, _timeout
 from gateway.settings import GatewaySettings
+from tests.harness import loopback_bytes
 
 SERVICE = "test.Echo"
 
@@ -199,26 +200,18 @@ async def test_a_compressed_request_past_the_limit_once_decompressed_is_refused(
     assert await unary(channel, "Echo")(b"ok") == b"ok"
 
 
-def _loopback_bytes() -> int:
-    for line in Path("/proc/net/dev").read_text().splitlines():
-        name, _, counters = line.partition(":")
-        if name.strip() == "lo":
-            return int(counters.split()[0])
-    raise AssertionError("no loopback interface")
-
-
 @pytest.mark.skipif(not Path("/proc/net/dev").exists(), reason="counts loopback bytes through /proc")
 async def test_answers_are_compressed_for_clients_that_accept_gzip(served: Any) -> None:
     _, channel, _ = served
     zeros = b"\0" * (4 << 20)
     assert await unary(channel, "Echo")(zeros, compression=grpc.Compression.Gzip) == zeros
-    before = _loopback_bytes()
+    before = loopback_bytes()
     assert await unary(channel, "Echo")(zeros, compression=grpc.Compression.Gzip) == zeros
-    assert _loopback_bytes() - before < 1 << 20
+    assert loopback_bytes() - before < 1 << 20
     # Only the methods named compressed (Triton: infer answers alone).
-    before = _loopback_bytes()
+    before = loopback_bytes()
     assert await unary(channel, "Plain")(zeros, compression=grpc.Compression.Gzip) == zeros
-    assert _loopback_bytes() - before > len(zeros)
+    assert loopback_bytes() - before > len(zeros)
 
 
 async def test_bidi_stream_answers_each_message(served: Any) -> None:
