@@ -4,8 +4,9 @@ A request goes front end -> `core.Gateway` -> `routing` -> `upstream` -> a sidec
 - `http/` and `grpc_front`: the front ends; each turns a request into one `core.Gateway`
   call and maps TurnoutError once. `context`: what travels beside a request (headers,
   deadline, sequence). `restrictions`: restricted APIs, for both front ends.
-  `grpc_server`: the gRPC server the front runs on, HTTP/2 on the event loop itself
-  (grpc.aio where TLS or grpc's keepalive and connection-age rules are asked for).
+  `grpc_server`: the gRPC server the front runs on, on the event loop itself over
+  `http2` (our HTTP/2, sans I/O); grpc.aio where TLS or grpc's keepalive and
+  connection-age rules are asked for.
 - `core`: the gateway's decisions, what it answers itself (server metadata, trace and log
   settings) and what it asks every replica (statistics, index, load and unload).
 - `routing/`: version choice and replica choice for one inference (its own map).

@@ -1,4 +1,4 @@
-"""A gRPC server that runs on the gateway's own event loop: HTTP/2 through the h2 library.
+"""A gRPC server that runs on the gateway's own event loop, over our own HTTP/2 (gateway.http2).
 
 grpc.aio hands every call between grpc's core threads and the event loop; on a small host
 that hand-off is most of a call's cost (about ten context switches and three tasks a call).
@@ -26,50 +26,30 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, NamedTuple
 
 import grpc
-from h2.config import H2Configuration
-from h2.connection import H2Connection
-from h2.events import (
-    ConnectionTerminated,
-    DataReceived,
-    RemoteSettingsChanged,
-    RequestReceived,
-    StreamEnded,
-    StreamReset,
-    WindowUpdated,
-)
-from h2.exceptions import ProtocolError, StreamClosedError
-from h2.settings import SettingCodes, Settings
-from hyperframe.frame import GoAwayFrame
 
+from gateway import http2
 from protos.rpc import MAX_MESSAGE_BYTES
 
 logger = logging.getLogger(__name__)
 
-_CONFIG = H2Configuration(
-    client_side=False,
-    header_encoding=None,
-    validate_inbound_headers=False,
-    normalize_inbound_headers=False,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-)
 # Per stream and per connection: what a client may send before it waits for our
 # WINDOW_UPDATE. Large enough that a 1 MiB tensor crosses without waiting on a round trip.
 _STREAM_WINDOW = 4 << 20
 _CONNECTION_WINDOW = 64 << 20
-_MAX_FRAME = 1 << 20  # the largest DATA frame we accept (what we send follows the client's setting)
-_SETTINGS = {
-    SettingCodes.MAX_CONCURRENT_STREAMS: 2**31 - 1,  # grpc's servers set no limit either
-    SettingCodes.INITIAL_WINDOW_SIZE: _STREAM_WINDOW,
-    SettingCodes.MAX_FRAME_SIZE: _MAX_FRAME,
-    SettingCodes.MAX_HEADER_LIST_SIZE: H2Connection.DEFAULT_MAX_HEADER_LIST_SIZE,
-}
+_MAX_FRAME = 1 << 20  # the largest frame we accept (what we send follows the client's setting)
 # A bidi stream's messages read and not yet taken by its handler, past which the client's
 # data is left unacknowledged: its flow control then holds it back, not our memory.
 _QUEUED_MESSAGES = 16
 
-_RESPONSE_HEAD = ((b":status", b"200"), (b"content-type", b"application/grpc"))
-_ACCEPTED_ENCODINGS = (b"grpc-accept-encoding", b"identity,deflate,gzip")
+_RESPONSE_HEAD = (
+    (b":status", b"200"),
+    (b"content-type", b"application/grpc"),
+    (b"grpc-accept-encoding", b"identity,deflate,gzip"),
+)
+# Every answer's head, encoded once: as it is, and saying its messages are compressed.
+_HEAD: dict[bytes | None, bytes] = {None: http2.encode_headers(_RESPONSE_HEAD)}
+_HEAD.update({e: http2.encode_headers((*_RESPONSE_HEAD, (b"grpc-encoding", e))) for e in (b"gzip", b"deflate")})
+_OK_TRAILERS = http2.encode_headers(((b"grpc-status", b"0"),))
 # Request headers that are the transport's, not the call's metadata (grpc hands the
 # application the rest, user-agent included, in the order they came).
 _TRANSPORT_HEADERS = frozenset(
@@ -223,7 +203,7 @@ class _Call:
         self.ended = False
         self.head_sent = False
         self.pending = bytearray()
-        self.trailers: list[tuple[bytes, bytes]] | None = None
+        self.trailers: bytes | None = None  # encoded, waiting for the answer's last bytes
         self.drained: asyncio.Event | None = None
 
 
@@ -231,7 +211,9 @@ class _Connection(asyncio.Protocol):
     def __init__(self, server: Server) -> None:
         self._server = server
         self._loop = asyncio.get_running_loop()
-        self._h2 = H2Connection(_CONFIG)
+        self._http2 = http2.Connection(
+            self, stream_window=_STREAM_WINDOW, connection_window=_CONNECTION_WINDOW, max_frame=_MAX_FRAME
+        )
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, _Call] = {}
         self._flush_scheduled = False
@@ -245,14 +227,7 @@ class _Connection(asyncio.Protocol):
         host, port = transport.get_extra_info("peername")[:2]
         self.peer = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
         self._server.connections.add(self)
-        h2 = self._h2
-        # Set before the preamble, so that its SETTINGS frame carries them (h2 applies them
-        # at once, not on the client's acknowledgement, so the frame limit is set as well).
-        h2.local_settings = Settings(client=False, initial_values=_SETTINGS)
-        h2.max_inbound_frame_size = _MAX_FRAME
-        h2.initiate_connection()
-        h2.increment_flow_control_window(_CONNECTION_WINDOW - 65535)
-        self._flush()
+        self._flush()  # our SETTINGS
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
@@ -267,32 +242,16 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            events = self._h2.receive_data(data)
-        except ProtocolError:
-            self._flush()
-            if self._transport is not None:
-                self._transport.close()
+            self._http2.receive(data)
+        except http2.ConnectionFault as fault:
+            logger.debug("gRPC connection from %s closed: %s", self.peer, fault)
+            self.close()
             return
-        for event in events:
-            if isinstance(event, DataReceived):
-                self._data(event.stream_id, event.data, event.flow_controlled_length)
-            elif isinstance(event, RequestReceived):
-                self._request(event.stream_id, event.headers)
-            elif isinstance(event, StreamEnded):
-                self._ended(event.stream_id)
-            elif isinstance(event, WindowUpdated):
-                self._resume(event.stream_id)
-            elif isinstance(event, RemoteSettingsChanged):
-                self._resume(0)
-            elif isinstance(event, StreamReset):
-                self._reset(event.stream_id)
-            elif isinstance(event, ConnectionTerminated):
-                self.closing = True
         self._flush()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        data = self._h2.data_to_send()
+        data = self._http2.data_to_send()
         if data and self._transport is not None:
             self._transport.write(data)
 
@@ -303,14 +262,10 @@ class _Connection(asyncio.Protocol):
             self._loop.call_soon(self._flush)
 
     def goaway(self) -> None:
-        """Tells the client to open no more calls here; those open go on. Written by hand:
-        h2's close_connection would also end the calls in flight."""
+        """Tells the client to open no more calls here; those open go on."""
         self.closing = True
+        self._http2.goaway()
         self._flush()
-        frame = GoAwayFrame(0)
-        frame.last_stream_id = self._h2.highest_inbound_stream_id
-        if self._transport is not None:
-            self._transport.write(frame.serialize())
 
     def close(self) -> None:
         """Closes the connection once what is to be sent has been written."""
@@ -318,13 +273,21 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    # -- what the HTTP/2 connection reads -------------------------------------------
+
+    def on_window(self, stream_id: int) -> None:
+        self._resume(stream_id)
+
+    def on_goaway(self) -> None:
+        self.closing = True
+
     @property
     def idle(self) -> bool:
         return not self._calls
 
     # -- requests ----------------------------------------------------------------
 
-    def _request(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+    def on_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
         path = b""
         content_type = b""
         timeout = None
@@ -342,7 +305,7 @@ class _Connection(asyncio.Protocol):
             elif key == b"grpc-accept-encoding":
                 accepts = value
         if not content_type.startswith(b"application/grpc"):
-            self._h2.send_headers(stream_id, ((b":status", b"415"),), end_stream=True)
+            self._http2.send_headers(stream_id, http2.encode_headers(((b":status", b"415"),)), end_stream=True)
             return
         metadata = _metadata(headers)
         method = path.decode("latin-1")
@@ -372,11 +335,10 @@ class _Connection(asyncio.Protocol):
             # grpc's aio client, still writing when a call ends at once, reports INTERNAL.
             call.messages = asyncio.Queue()
 
-    def _data(self, stream_id: int, data: bytes, flow_length: int) -> None:
+    def on_data(self, stream_id: int, data: bytes, flow_length: int) -> None:
         call = self._calls.get(stream_id)
         if call is None or call.ended:
-            with contextlib.suppress(ProtocolError, StreamClosedError):
-                self._h2.acknowledge_received_data(flow_length, stream_id)
+            self._http2.acknowledge(stream_id, flow_length)
             return
         buffer = call.buffer
         buffer += data
@@ -384,7 +346,7 @@ class _Connection(asyncio.Protocol):
         if streaming:
             call.unacknowledged += flow_length
         else:
-            self._h2.acknowledge_received_data(flow_length, stream_id)
+            self._http2.acknowledge(stream_id, flow_length)
         while len(buffer) >= 5:
             length = int.from_bytes(buffer[1:5], "big")
             if length > self._server.max_receive:
@@ -438,11 +400,10 @@ class _Connection(asyncio.Protocol):
 
     def _acknowledge(self, call: _Call) -> None:
         if call.unacknowledged and call.messages is not None and call.messages.qsize() < _QUEUED_MESSAGES:
-            with contextlib.suppress(ProtocolError, StreamClosedError):
-                self._h2.acknowledge_received_data(call.unacknowledged, call.stream_id)
+            self._http2.acknowledge(call.stream_id, call.unacknowledged)
             call.unacknowledged = 0
 
-    def _ended(self, stream_id: int) -> None:
+    def on_end(self, stream_id: int) -> None:
         call = self._calls.get(stream_id)
         if call is None:
             return
@@ -460,7 +421,7 @@ class _Connection(asyncio.Protocol):
         else:
             call.task = self._loop.create_task(self._run(call))
 
-    def _reset(self, stream_id: int) -> None:
+    def on_reset(self, stream_id: int) -> None:
         call = self._calls.pop(stream_id, None)
         if call is not None and not call.ended:
             call.cancelled = True
@@ -535,26 +496,28 @@ class _Connection(asyncio.Protocol):
     def _send_message_now(self, call: _Call, payload: bytes) -> None:
         if call.ended:
             raise _Ended
-        h2 = self._h2
+        connection = self._http2
         stream_id = call.stream_id
         if call.respond_encoding is not None:
             payload = _compress(payload, call.respond_encoding)
             prefix = b"\x01" + len(payload).to_bytes(4, "big")
         else:
             prefix = b"\x00" + len(payload).to_bytes(4, "big")
-        if not call.head_sent:
-            call.head_sent = True
-            head = [*_RESPONSE_HEAD, _ACCEPTED_ENCODINGS]
-            if call.respond_encoding is not None:
-                head.append((b"grpc-encoding", call.respond_encoding))
-            h2.send_headers(stream_id, head)
-        data = prefix + payload
-        if not call.pending and len(data) <= min(h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size):
-            h2.send_data(stream_id, data)
+        try:
+            if not call.head_sent:
+                call.head_sent = True
+                connection.send_headers(stream_id, _HEAD[call.respond_encoding])
+            data = prefix + payload
+            if not call.pending and len(data) <= connection.window(stream_id):
+                connection.send_data(stream_id, data)
+                self._schedule_flush()
+                return
+        except http2.StreamClosed:
+            raise _Ended from None
         else:
             call.pending += data
             self._pump(call)
-        self._schedule_flush()
+            self._schedule_flush()
 
     async def _send_message(self, call: _Call, payload: bytes) -> None:
         self._send_message_now(call, payload)
@@ -567,19 +530,19 @@ class _Connection(asyncio.Protocol):
                 raise _Ended
 
     def _pump(self, call: _Call) -> None:
-        h2 = self._h2
+        connection = self._http2
         stream_id = call.stream_id
         pending = call.pending
         try:
             while pending:
-                room = min(h2.local_flow_control_window(stream_id), h2.max_outbound_frame_size, len(pending))
+                room = min(connection.window(stream_id), len(pending))
                 if room <= 0:
                     return
-                h2.send_data(stream_id, bytes(pending[:room]))
+                connection.send_data(stream_id, bytes(pending[:room]))
                 del pending[:room]
             if call.trailers is not None:
                 self._close(call, call.trailers)
-        except (ProtocolError, StreamClosedError):
+        except http2.StreamClosed:
             pending.clear()
             self._forget(call)
             return
@@ -600,32 +563,35 @@ class _Connection(asyncio.Protocol):
         if call.timer is not None:
             call.timer.cancel()
             call.timer = None
-        status = (b"grpc-status", str(code.value[0]).encode())
-        trailers = [status]
-        if details:
-            trailers.append((b"grpc-message", _percent_encoded(details)))
-        for key, value in call.trailing:
-            if isinstance(value, bytes):
-                trailers.append((key.encode(), base64.b64encode(value).rstrip(b"=")))
-            else:
-                trailers.append((key.encode(), value.encode()))
-        if not call.head_sent:
-            call.head_sent = True
-            trailers[:0] = (*_RESPONSE_HEAD, _ACCEPTED_ENCODINGS)
+        if code is grpc.StatusCode.OK and not details and not call.trailing and call.head_sent:
+            trailers = _OK_TRAILERS
+        else:
+            fields = [(b"grpc-status", str(code.value[0]).encode())]
+            if details:
+                fields.append((b"grpc-message", _percent_encoded(details)))
+            for key, value in call.trailing:
+                if isinstance(value, bytes):
+                    fields.append((key.encode(), base64.b64encode(value).rstrip(b"=")))
+                else:
+                    fields.append((key.encode(), value.encode()))
+            if not call.head_sent:
+                call.head_sent = True
+                fields[:0] = _RESPONSE_HEAD  # trailers-only
+            trailers = http2.encode_headers(fields)
         call.trailers = trailers
         if not call.pending:
             try:
                 self._close(call, trailers)
-            except (ProtocolError, StreamClosedError):
+            except http2.StreamClosed:
                 self._forget(call)
         self._schedule_flush()
 
-    def _close(self, call: _Call, trailers: list[tuple[bytes, bytes]]) -> None:
+    def _close(self, call: _Call, trailers: bytes) -> None:
         call.trailers = None
         # A client still sending learns from these trailers that its call is over; what it
-        # sends meanwhile is acknowledged and dropped (`_data`). No RST_STREAM: grpc's
+        # sends meanwhile is dropped (the stream is forgotten here). No RST_STREAM: grpc's
         # clients may fail a write racing one as INTERNAL, not with the status sent here.
-        self._h2.send_headers(call.stream_id, trailers, end_stream=True)
+        self._http2.send_headers(call.stream_id, trailers, end_stream=True)
         self._forget(call)
 
     def _forget(self, call: _Call) -> None:
