@@ -98,6 +98,22 @@ def _metadata(headers: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[str, str | 
     return tuple(pairs)
 
 
+def _trailers(code: grpc.StatusCode, details: str, trailing: Any, head_sent: bool) -> bytes:
+    """A call's status and trailing metadata, encoded; with the response head first when
+    no head was sent (trailers-only)."""
+    fields = [(b"grpc-status", str(code.value[0]).encode())]
+    if details:
+        fields.append((b"grpc-message", _percent_encoded(details)))
+    for key, value in trailing:
+        if isinstance(value, bytes):
+            fields.append((key.encode(), base64.b64encode(value).rstrip(b"=")))
+        else:
+            fields.append((key.encode(), value.encode()))
+    if not head_sent:
+        fields[:0] = _RESPONSE_HEAD
+    return http2.encode_headers(fields)
+
+
 def _compress(data: bytes, encoding: bytes) -> bytes:
     compressor = zlib.compressobj(wbits=31 if encoding == b"gzip" else 15)
     return compressor.compress(data) + compressor.flush()
@@ -566,18 +582,12 @@ class _Connection(asyncio.Protocol):
         if code is grpc.StatusCode.OK and not details and not call.trailing and call.head_sent:
             trailers = _OK_TRAILERS
         else:
-            fields = [(b"grpc-status", str(code.value[0]).encode())]
-            if details:
-                fields.append((b"grpc-message", _percent_encoded(details)))
-            for key, value in call.trailing:
-                if isinstance(value, bytes):
-                    fields.append((key.encode(), base64.b64encode(value).rstrip(b"=")))
-                else:
-                    fields.append((key.encode(), value.encode()))
-            if not call.head_sent:
-                call.head_sent = True
-                fields[:0] = _RESPONSE_HEAD  # trailers-only
-            trailers = http2.encode_headers(fields)
+            try:
+                trailers = _trailers(code, details, call.trailing, call.head_sent)
+            except Exception as exc:  # trailing metadata that is not str or bytes pairs
+                logger.exception("%s: its trailing metadata cannot be sent", call.method)
+                trailers = _trailers(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}", (), call.head_sent)
+            call.head_sent = True
         call.trailers = trailers
         if not call.pending:
             try:

@@ -44,6 +44,10 @@ class Handlers:
     async def fail(self, request: bytes, context: Any) -> bytes:
         raise ValueError("broken")
 
+    async def bad_trailers(self, request: bytes, context: Any) -> bytes:
+        context.set_trailing_metadata((("x-count", 5),))  # neither str nor bytes
+        return request
+
     async def hang(self, request: bytes, context: Any) -> bytes:
         context.add_done_callback(lambda ctx: self.done.append(ctx.cancelled()))
         try:
@@ -83,6 +87,7 @@ async def served() -> AsyncIterator[tuple[Server, grpc.aio.Channel, Handlers]]:
         "Plain": grpc.unary_unary_rpc_method_handler(handlers.echo),  # answers never compressed
         "Abort": grpc.unary_unary_rpc_method_handler(handlers.abort),
         "Fail": grpc.unary_unary_rpc_method_handler(handlers.fail),
+        "BadTrailers": grpc.unary_unary_rpc_method_handler(handlers.bad_trailers),
         "Hang": grpc.unary_unary_rpc_method_handler(handlers.hang),
         "Chat": grpc.stream_stream_rpc_method_handler(handlers.chat),
         "StreamOut": grpc.unary_stream_rpc_method_handler(handlers.stream_out),
@@ -147,6 +152,15 @@ async def test_an_unexpected_error_is_unknown(served: Any) -> None:
         await unary(channel, "Fail")(b"")
     assert caught.value.code() == grpc.StatusCode.UNKNOWN
     assert caught.value.details() == "Unexpected <class 'ValueError'>: broken"
+
+
+async def test_trailing_metadata_that_cannot_be_sent_still_ends_the_call(served: Any) -> None:
+    _, channel, _ = served
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await unary(channel, "BadTrailers")(b"x", timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNKNOWN
+    assert "AttributeError" in caught.value.details()
+    assert await unary(channel, "Echo")(b"still serving") == b"still serving"
 
 
 async def test_an_unknown_method_is_unimplemented(served: Any) -> None:
