@@ -15,6 +15,7 @@ from protos import model_config_pb2 as mc
 from protos.status import internal
 from sidecars.backend_checks import config_dims, require_model_file
 from sidecars.config import model_file
+from sidecars.onnxruntime import capi
 from sidecars.onnxruntime.autocomplete import auto_complete
 from sidecars.onnxruntime.checks import check_session
 from sidecars.onnxruntime.providers import (
@@ -69,7 +70,8 @@ class OnnxRuntime:
                 session = _open(path, options, placement.providers)
                 _warn_on_fallback(config.name, name, placement, session)
                 check_session(config, session)
-                instances.append(OnnxInstance(name, session, config))
+                strings = _string_session(config, path) if placement.device == "cpu" else None
+                instances.append(OnnxInstance(name, session, config, strings))
         return instances
 
 
@@ -124,6 +126,48 @@ def _session_options(config: mc.ModelConfig) -> ort.SessionOptions:
     return options
 
 
+# The config types whose tensors cross ONNX Runtime's C API (capi); BF16 does not.
+_C_API_TYPES = {
+    mc.TYPE_BOOL,
+    mc.TYPE_UINT8,
+    mc.TYPE_UINT16,
+    mc.TYPE_UINT32,
+    mc.TYPE_UINT64,
+    mc.TYPE_INT8,
+    mc.TYPE_INT16,
+    mc.TYPE_INT32,
+    mc.TYPE_INT64,
+    mc.TYPE_FP16,
+    mc.TYPE_FP32,
+    mc.TYPE_FP64,
+    mc.TYPE_STRING,
+}
+
+
+def _string_session(config: mc.ModelConfig, path: Path) -> capi.Session | None:
+    """A CPU model with string tensors runs through ONNX Runtime's C API, where every
+    element's bytes cross by length (capi); None for any other model, or where the C API
+    cannot be loaded (its Python API then runs it, UTF-8 and NUL limits and all)."""
+    tensors = [*config.input, *config.output]
+    types = {tensor.data_type for tensor in tensors} | {data_type for _, data_type in sequence_inputs(config)}
+    if mc.TYPE_STRING not in types or not types <= _C_API_TYPES:
+        return None
+    ort_api = capi.api()
+    if ort_api is None:
+        return None
+    parameters = {key: value.string_value for key, value in config.parameters.items()}
+    try:
+        return capi.Session(
+            ort_api,
+            path,
+            intra_op=_int_parameter(parameters, _INTRA_OP, 0),
+            inter_op=_int_parameter(parameters, _INTER_OP, 1),
+            config={"session.intra_op.allow_spinning": "0"},
+        )
+    except capi.OrtError as exc:
+        raise internal(f"onnx runtime error: {exc}") from exc
+
+
 def _int_parameter(parameters: dict[str, str], key: str, default: int) -> int:
     value = parameters.get(key, "")
     try:
@@ -141,12 +185,15 @@ def _open(path: Path, options: ort.SessionOptions, providers: list[Provider]) ->
 
 
 class OnnxInstance(ThreadedInstance):
-    def __init__(self, name: str, session: ort.InferenceSession, config: mc.ModelConfig) -> None:
+    def __init__(
+        self, name: str, session: ort.InferenceSession, config: mc.ModelConfig, strings: capi.Session | None = None
+    ) -> None:
         super().__init__(name)
-        self._session = session
+        self._session: ort.InferenceSession | None = session
         # The binding's own run: InferenceSession.run checks the feed's names against the
         # model's (ours are the config's, checked already) before it calls this.
-        self._run = getattr(session, "_sess", session).run
+        self._run: Any = getattr(session, "_sess", session).run
+        self._c_session = strings
         # Implicit state outputs come back beside the config's, for the sequence batcher.
         self._outputs = [output.name for output in config.output] + [name for name, _ in state_outputs(config)]
         inputs = [(tensor.name, tensor.data_type) for tensor in config.input] + sequence_inputs(config)
@@ -156,6 +203,10 @@ class OnnxInstance(ThreadedInstance):
         self._scalar_inputs = {arg.name for arg in session.get_inputs() if not arg.shape}
         scalar_outputs = {arg.name for arg in session.get_outputs() if not arg.shape}
         self._scalar_outputs = {t.name: config_dims(t) for t in config.output if t.name in scalar_outputs}
+        if strings is not None:  # runs through the C API: the Python session is not needed
+            self._run = lambda names, feed, _options: strings.run(names, feed)
+            self._strings = set()  # elements cross as the bytes they are
+            self._session = None
 
     def run(self, inputs: Tensors) -> dict[str, np.ndarray]:
         feed: dict[str, Any] = dict(inputs)
@@ -180,6 +231,8 @@ class OnnxInstance(ThreadedInstance):
     def close(self) -> None:
         super().close()
         del self._session, self._run
+        if self._c_session is not None:
+            self._c_session.close()
 
 
 # ONNX Runtime's Python API hands string outputs back as str, decoding them strictly.
