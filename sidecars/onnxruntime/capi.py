@@ -61,6 +61,9 @@ _ERROR_CODES = (
     "EP_FAIL",
 )
 
+_FEW = 32  # string elements filled through a ctypes array; more, through numpy
+_NAME_ARRAYS = 64  # C arrays of input or output names remembered per session
+
 _Status = c_void_p
 _P = c_void_p  # every opaque Ort* handle
 _OUT = POINTER(c_void_p)
@@ -78,6 +81,7 @@ _ENTRIES: dict[str, tuple[int, Any, tuple[Any, ...]]] = {
     "CreateTensorAsOrtValue": (48, _Status, (_P, POINTER(c_int64), c_size_t, c_int, _OUT)),
     "CreateTensorWithDataAsOrtValue": (49, _Status, (_P, c_void_p, c_size_t, POINTER(c_int64), c_size_t, c_int, _OUT)),
     "GetTensorMutableData": (51, _Status, (_P, _OUT)),
+    "FillStringTensor": (52, _Status, (_P, POINTER(c_char_p), c_size_t)),
     "GetStringTensorDataLength": (53, _Status, (_P, POINTER(c_size_t))),
     "GetStringTensorContent": (54, _Status, (_P, c_void_p, c_size_t, POINTER(c_size_t), c_size_t)),
     "GetTensorElementType": (60, _Status, (_P, POINTER(c_int))),
@@ -185,6 +189,15 @@ class Session:
         finally:
             ort.ReleaseSessionOptions(options)
         self._session: c_void_p | None = session
+        self._names: dict[tuple[str, ...], Any] = {}  # C arrays of names, by the names
+
+    def _c_names(self, names: tuple[str, ...]) -> Any:
+        found = self._names.get(names)
+        if found is None:
+            if len(self._names) >= _NAME_ARRAYS:
+                self._names.clear()
+            found = self._names[names] = (c_char_p * len(names))(*(name.encode() for name in names))
+        return found
 
     def run(self, output_names: Sequence[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         ort = self._api
@@ -194,9 +207,9 @@ class Session:
         try:
             for array in feed.values():
                 inputs.append(self._tensor(array, kept))
-            names = (c_char_p * len(feed))(*(name.encode() for name in feed))
+            names = self._c_names(tuple(feed))
             values = (c_void_p * len(inputs))(*(value.value for value in inputs))
-            wanted = (c_char_p * len(output_names))(*(name.encode() for name in output_names))
+            wanted = self._c_names(tuple(output_names))
             status = ort.Run(self._session, None, names, values, len(inputs), wanted, len(output_names), outputs)
             ort.check(status)
             return [self._array(output) for output in outputs]
@@ -214,9 +227,12 @@ class Session:
         if array.dtype == np.object_ or array.dtype.kind in "SU":
             ort.check(ort.CreateTensorAsOrtValue(ort.allocator, shape, array.ndim, STRING, byref(value)))
             try:
+                elements = [e if isinstance(e, bytes) else str(e).encode() for e in array.reshape(-1)]
+                if elements and b"\0" not in b"".join(elements):  # C strings: one call fills them all
+                    self._fill(value, elements)
+                    return value
                 buffer = c_void_p()
-                for index, element in enumerate(array.reshape(-1)):
-                    data = element if isinstance(element, bytes) else str(element).encode()
+                for index, data in enumerate(elements):
                     ort.check(ort.GetResizedStringTensorElementBuffer(value, index, len(data), byref(buffer)))
                     ctypes.memmove(buffer, data, len(data))
             except BaseException:
@@ -232,6 +248,22 @@ class Session:
         status = ort.CreateTensorWithDataAsOrtValue(ort.cpu, address, array.nbytes, shape, rank, code, byref(value))
         ort.check(status)
         return value
+
+    def _fill(self, value: c_void_p, elements: list[bytes]) -> None:
+        """FillStringTensor with the elements, which hold no NUL. Past a few elements, from
+        one buffer of NUL-terminated elements, the pointers to them computed by numpy
+        rather than built element by element by ctypes."""
+        if len(elements) <= _FEW:
+            self._api.check(self._api.FillStringTensor(value, (c_char_p * len(elements))(*elements), len(elements)))
+            return
+        joined = ctypes.create_string_buffer(b"\0".join(elements) + b"\0")
+        lengths = np.fromiter(map(len, elements), dtype=np.uintp, count=len(elements)) + 1
+        pointers = np.empty(len(elements), dtype=np.uintp)
+        pointers[0] = ctypes.addressof(joined)
+        np.cumsum(lengths[:-1], out=pointers[1:])
+        pointers[1:] += pointers[0]
+        table = ctypes.cast(pointers.ctypes.data, POINTER(c_char_p))
+        self._api.check(self._api.FillStringTensor(value, table, len(elements)))
 
     def _array(self, value: int | None) -> np.ndarray:
         ort = self._api

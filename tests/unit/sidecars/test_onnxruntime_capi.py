@@ -92,6 +92,11 @@ def test_strings_cross_as_their_bytes(api: capi.Api, tmp_path: Path) -> None:
     assert echoed.shape == (1, len(ANY_BYTES)) and echoed.tolist() == [ANY_BYTES]
     (from_text,) = session.run(["OUT_s"], {"s": np.array(["h\u00e9", "\u4e2d"], dtype=np.object_)})
     assert from_text.tolist() == ["h\u00e9".encode(), "\u4e2d".encode()]
+    # Many elements (filled from one buffer when none holds a NUL), with and without a NUL.
+    many = [bytes([byte]) * (byte % 7) for byte in range(1, 256)]
+    for values in (many, [*many, b"\x00"]):
+        (echoed,) = session.run(["OUT_s"], {"s": strings(values)})
+        assert echoed.tolist() == values
     session.close()
 
 
