@@ -15,18 +15,18 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 import uvicorn
 from prometheus_client import CollectorRegistry
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.consul import ConsulClient, ConsulDenied, ConsulUnavailable
 from gateway.core import Gateway
 from gateway.discovery import ConsulRegistry
 from gateway.grpc_front import build_grpc_server
 from gateway.grpc_server import Server as GrpcServer
+from gateway.http.protocol import HttpProtocol
 from gateway.metrics import GatewayMetrics
 from gateway.metrics_port import FleetMetrics, MetricsServer
 from gateway.registry import ModelRegistry, StaticRegistry
@@ -53,16 +53,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FIRST_DISCOVERY_SECS = 5.0  # how long start-up waits for Consul's first answer
-# The most a request's head (request line and headers) may take. Bodies have
-# --http-max-input-size (gateway.http.front); a head is held as many small Python objects,
-# so its bound is smaller and fixed. Triton (libevhtp) closes on one header over 8 KiB.
-MAX_HEAD_BYTES = 1 << 20
-HEAD_REFUSAL_LINGER_SECS = 2.0
-_HEAD_TOO_LARGE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-    b"content-length: 43\r\nconnection: close\r\n\r\n"
-    b'{"error":"Request Header Fields Too Large"}'
-)
 
 
 class _HttpServer(uvicorn.Server):
@@ -71,65 +61,6 @@ class _HttpServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
-
-
-class _HeadLimitedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with MAX_HEAD_BYTES on each request's head: httptools
-    gathers a head in memory until it ends, with no bound of its own. The bytes of a head
-    are fed to the parser at most the room left at a time; a head that has not ended when
-    the room runs out gets 431, and the connection closes."""
-
-    _head_room: int | None = MAX_HEAD_BYTES  # None while a body is read
-    _refused = False
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Triton takes a chunked body that also carries Content-Length (the chunks win, as
-        # RFC 9112 says); httptools refuses it unless told. Such a request's connection is
-        # closed after its answer, so no framing ambiguity can carry over to the next one.
-        with contextlib.suppress(AttributeError):  # httptools < 0.6.3
-            self.parser.set_dangerous_leniencies(lenient_data_after_close=True, lenient_chunked_length=True)
-
-    def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return  # what the client still sends after its 431, dropped
-        while data:
-            room = self._head_room
-            if room is None:
-                super().data_received(data)
-                return
-            if room == 0:
-                self._refuse_head()
-                return
-            piece, data = (data, b"") if len(data) <= room else (data[:room], data[room:])
-            self._head_room = room - len(piece)
-            super().data_received(piece)
-            if self.transport.is_closing():
-                return
-
-    def _refuse_head(self) -> None:
-        logger.warning("HTTP request head over %d bytes refused", MAX_HEAD_BYTES)
-        self._refused = True
-        self.transport.write(_HEAD_TOO_LARGE)
-        if not self.transport.can_write_eof():  # TLS
-            self.transport.close()
-            return
-        # Closing with the client's bytes unread would reset the connection, and the reset
-        # can overtake the 431. Send the end of our side instead, drop what still comes,
-        # and close when the client does, or after a short while.
-        self.transport.write_eof()
-        self.loop.call_later(HEAD_REFUSAL_LINGER_SECS, self.transport.close)
-
-    def on_headers_complete(self) -> None:
-        self._head_room = None
-        super().on_headers_complete()
-        names = dict(self.headers)
-        if b"content-length" in names and b"transfer-encoding" in names and self.cycle is not None:
-            self.cycle.keep_alive = False
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._head_room = MAX_HEAD_BYTES
 
 
 class PortUnavailable(Exception):
@@ -330,7 +261,7 @@ async def serve(
             http_port = http_socket.getsockname()[1]
             config = uvicorn.Config(
                 _build_http_app(gateway, settings),
-                http=_HeadLimitedProtocol,
+                http=HttpProtocol,
                 lifespan="off",
                 ws="none",
                 proxy_headers=False,  # forwarded headers change nothing turnout reads

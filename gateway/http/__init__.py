@@ -9,6 +9,7 @@
 - `encoding`: bodies on the wire: read within `--http-max-input-size` as they arrive
   (`read_body`, compressed ones limited after inflating too), JSON parsed and written
   as Triton does, gzip/deflate.
+- `protocol`: the HTTP/1.1 connections uvicorn's server runs the front on.
 - `nesting`: JSON nested deeper than Python's parser recurses, read in bands it can parse.
 
 Only `front` imports starlette.

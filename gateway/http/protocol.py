@@ -1,0 +1,450 @@
+"""The gateway's HTTP/1.1 connections: an asyncio protocol over httptools' parser that
+serves the HTTP front (an ASGI app) for uvicorn's server, which still owns the listening
+sockets, TLS and the graceful stop (`uvicorn.Config(http=HttpProtocol)`).
+
+It stands where uvicorn's own httptools protocol would, and behaves as it does towards the
+app and the client (keep-alive, pipelining, `Expect: 100-continue`, flow control both
+ways, chunked answers, a 400 for what the parser refuses), minus what the gateway never
+asks of it (websockets, access logs, a concurrency limit, a root path). What it does less
+of per request: an answer whose body comes in one message leaves in one write, head and
+body together; no event and no timer a request (one keep-alive timer a connection,
+re-armed only when it fires); headers taken as the front builds them. Two more rules:
+a request head may take at most MAX_HEAD_BYTES (httptools gathers a head with no bound of
+its own), and a body that carries both Content-Length and `Transfer-Encoding: chunked`
+is read by its chunks, as Triton reads it, and its connection closes after the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import logging
+import re
+import urllib.parse
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httptools
+
+logger = logging.getLogger(__name__)
+
+# The most a request's head (request line and headers) may take. Bodies have
+# --http-max-input-size (gateway.http.front); a head is held as many small Python objects,
+# so its bound is smaller and fixed. Triton (libevhtp) closes on one header over 8 KiB.
+MAX_HEAD_BYTES = 1 << 20
+HEAD_REFUSAL_LINGER_SECS = 2.0
+# A request body buffered past this, reading stops until the app takes it.
+BODY_HIGH_WATER = 1 << 16
+
+_HEAD_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+    b"content-length: 43\r\nconnection: close\r\n\r\n"
+    b'{"error":"Request Header Fields Too Large"}'
+)
+_INVALID = b"Invalid HTTP request received."
+_BAD_REQUEST = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_INVALID), _INVALID)
+)
+_INTERNAL_ERROR_HEADERS = [
+    (b"content-type", b"text/plain; charset=utf-8"),
+    (b"content-length", b"21"),
+    (b"connection", b"close"),
+]
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_UNSAFE_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _status_line(status: int) -> bytes:
+    try:
+        phrase = http.HTTPStatus(status).phrase.encode()
+    except ValueError:
+        phrase = b""
+    return b"HTTP/1.1 %d %s\r\n" % (status, phrase)
+
+
+_STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
+
+
+def _address(info: Any) -> tuple[str, int] | None:
+    if isinstance(info, (list, tuple)) and len(info) >= 2:
+        return str(info[0]), int(info[1])
+    return None
+
+
+class _Exchange:
+    """One request and its answer: the ASGI `receive` and `send` of one app call."""
+
+    def __init__(self, connection: HttpProtocol, scope: dict[str, Any], expect_continue: bool, keep_alive: bool):
+        self.connection = connection
+        self.scope = scope
+        self.expect_continue = expect_continue
+        self.keep_alive = keep_alive
+        self.body = bytearray()
+        self.more_body = True
+        self.news = False  # something `receive` has not yet reported (body, its end, a disconnect)
+        self.waiter: asyncio.Future[None] | None = None
+        self.disconnected = False
+        self.started = False
+        self.complete = False
+        self.head: bytes | None = None  # written with the body's first message
+        self.chunked: bool | None = None
+        self.remaining = 0  # of the declared Content-Length
+
+    def wake(self) -> None:
+        self.news = True
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def run(self, app: Callable[..., Awaitable[None]]) -> None:
+        try:
+            await app(self.scope, self.receive, self.send)
+        except BaseException as exc:
+            logger.error("Exception in ASGI application", exc_info=exc)
+            if not self.started:
+                await self._internal_error()
+            else:
+                self.connection.transport.close()
+        else:
+            if not self.started and not self.disconnected:
+                logger.error("ASGI callable returned without starting response.")
+                await self._internal_error()
+            elif not self.complete and not self.disconnected:
+                logger.error("ASGI callable returned without completing response.")
+                self.connection.transport.close()
+
+    async def _internal_error(self) -> None:
+        await self.send({"type": "http.response.start", "status": 500, "headers": _INTERNAL_ERROR_HEADERS})
+        await self.send({"type": "http.response.body", "body": b"Internal Server Error"})
+
+    async def receive(self) -> dict[str, Any]:
+        connection = self.connection
+        if self.expect_continue and not connection.transport.is_closing():
+            connection.transport.write(_CONTINUE)
+            self.expect_continue = False
+        if not self.news and not self.disconnected and not self.complete:
+            connection.resume_reading()
+            self.waiter = connection.loop.create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        self.news = False
+        if self.disconnected or self.complete:
+            return {"type": "http.disconnect"}
+        body, self.body = bytes(self.body), bytearray()
+        return {"type": "http.request", "body": body, "more_body": self.more_body}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        connection = self.connection
+        if connection.writable is not None and not self.disconnected:
+            await connection.writable
+        if self.disconnected:
+            return
+        kind = message["type"]
+        if not self.started:
+            if kind != "http.response.start":
+                raise RuntimeError(f"Expected ASGI message 'http.response.start', but got '{kind}'.")
+            self._start(message["status"], message.get("headers", ()))
+        elif not self.complete:
+            if kind != "http.response.body":
+                raise RuntimeError(f"Expected ASGI message 'http.response.body', but got '{kind}'.")
+            self._body(message.get("body", b""), message.get("more_body", False))
+        else:
+            raise RuntimeError(f"Unexpected ASGI message '{kind}' sent, after response already completed.")
+
+    def _start(self, status: int, headers: Any) -> None:
+        self.started = True
+        self.expect_continue = False
+        lines = [_STATUS_LINES[status]]
+        closes = False
+        for name, value in headers:
+            if _UNSAFE_VALUE.search(value):
+                raise RuntimeError("Invalid HTTP header value.")
+            name = name.lower()
+            if name == b"content-length" and self.chunked is None:
+                self.remaining = int(value)
+                self.chunked = False
+            elif name == b"transfer-encoding" and value.lower() == b"chunked":
+                self.chunked = True
+            elif name == b"connection" and b"close" in [token.strip().lower() for token in value.split(b",")]:
+                self.keep_alive = False
+                closes = True
+            lines += (name, b": ", value, b"\r\n")
+        if not self.keep_alive and not closes:
+            lines.append(b"connection: close\r\n")
+        if self.chunked is None and self.scope["method"] != "HEAD" and status not in (204, 304):
+            self.chunked = True
+            lines.append(b"transfer-encoding: chunked\r\n")
+        lines.append(b"\r\n")
+        self.head = b"".join(lines)
+
+    def _body(self, body: bytes, more: bool) -> None:
+        if self.scope["method"] == "HEAD":
+            data = b""
+            self.remaining = 0
+        elif self.chunked:
+            data = b"%x\r\n%s\r\n" % (len(body), body) if body else b""
+            if not more:
+                data += b"0\r\n\r\n"
+        else:
+            if len(body) > self.remaining:
+                raise RuntimeError("Response content longer than Content-Length")
+            self.remaining -= len(body)
+            data = body
+        if self.head is not None:
+            data, self.head = self.head + data, None
+        transport = self.connection.transport
+        if data:
+            transport.write(data)
+        if more:
+            return
+        if self.remaining:
+            raise RuntimeError("Response content shorter than Content-Length")
+        self.complete = True
+        self.wake()  # a `receive` waiting for a disconnect returns now
+        if not self.keep_alive:
+            transport.close()
+        self.connection.answered()
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One HTTP/1.1 connection; constructed by uvicorn's server, as its own protocols are."""
+
+    def __init__(
+        self, config: Any, server_state: Any, app_state: Any = None, _loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        if not config.loaded:
+            config.load()
+        self.app = config.loaded_app
+        self.loop = _loop or asyncio.get_event_loop()
+        self.server_state = server_state
+        self.keep_alive_secs: float = config.timeout_keep_alive
+        self.parser = httptools.HttpRequestParser(self)
+        # An answer may go out before the rest of a pipelined request is read; and a body
+        # with both Content-Length and chunks is read by its chunks (RFC 9112, and Triton).
+        with contextlib.suppress(AttributeError):  # httptools < 0.6.3
+            self.parser.set_dangerous_leniencies(lenient_data_after_close=True, lenient_chunked_length=True)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.server: tuple[str, int] | None = None
+        self.client: tuple[str, int] | None = None
+        self.scheme = "http"
+        self.reading: _Exchange | None = None  # the request being read, or the last one read
+        self.running: _Exchange | None = None  # the request the app is answering, or the last one
+        self.pipeline: deque[_Exchange] = deque()  # read, waiting for the answers before them
+        self.read_paused = False
+        self.writable: asyncio.Future[None] | None = None  # while the transport's buffer is full
+        self.idle_since: float | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.head_room: int | None = MAX_HEAD_BYTES  # None while a body is read
+        self.refused = False
+        # The request being parsed.
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.expect_continue = False
+
+    # -- the transport's side --
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.server_state.connections.add(self)
+        self.transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
+        self.server = _address(transport.get_extra_info("sockname"))
+        self.client = _address(transport.get_extra_info("peername"))
+        if transport.get_extra_info("sslcontext"):
+            self.scheme = "https"
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server_state.connections.discard(self)
+        for exchange in {self.running, self.reading, *self.pipeline}:
+            if exchange is not None:
+                exchange.disconnected = not exchange.complete
+                exchange.wake()
+        self.resume_writing()
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+        if exc is None:
+            self.transport.close()
+        self.parser = None  # type: ignore[assignment]
+
+    def eof_received(self) -> None:
+        pass
+
+    def pause_writing(self) -> None:
+        if self.writable is None:
+            self.writable = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        writable, self.writable = self.writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    def pause_reading(self) -> None:
+        if not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.read_paused:
+            self.read_paused = False
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return  # what the client still sends after its 431, dropped
+        self.idle_since = None
+        while data:
+            room = self.head_room
+            if room is None:
+                self._feed(data)
+                return
+            if room == 0:
+                self._refuse_head()
+                return
+            piece, data = (data, b"") if len(data) <= room else (data[:room], data[room:])
+            self.head_room = room - len(piece)
+            self._feed(piece)
+            if self.transport.is_closing():
+                return
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # no protocol to upgrade to: the request is answered as any other
+        except httptools.HttpParserError:
+            logger.warning("Invalid HTTP request received.")
+            self.transport.write(_BAD_REQUEST)
+            self.transport.close()
+
+    def _refuse_head(self) -> None:
+        logger.warning("HTTP request head over %d bytes refused", MAX_HEAD_BYTES)
+        self.refused = True
+        self.transport.write(_HEAD_TOO_LARGE)
+        if not self.transport.can_write_eof():  # TLS
+            self.transport.close()
+            return
+        # Closing with the client's bytes unread would reset the connection, and the reset
+        # can overtake the 431. Send the end of our side instead, drop what still comes,
+        # and close when the client does, or after a short while.
+        self.transport.write_eof()
+        self.loop.call_later(HEAD_REFUSAL_LINGER_SECS, self.transport.close)
+
+    # -- the parser's callbacks --
+
+    def on_message_begin(self) -> None:
+        self.url = b""
+        self.headers = []
+        self.expect_continue = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        value = value.rstrip(b" \t")  # llhttp keeps a value's trailing white space
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_continue = True
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.head_room = None
+        parser = self.parser
+        version = parser.get_http_version()
+        url = self.url
+        if url[:1] == b"/":
+            raw_path, _, query = url.partition(b"?")
+            raw_path = raw_path.partition(b"#")[0]
+        else:  # absolute form, or `*`
+            parsed = httptools.parse_url(url)
+            raw_path, query = parsed.path or b"", parsed.query or b""
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": version,
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,
+            "method": parser.get_method().decode("ascii"),
+            "root_path": "",
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": query,
+            "headers": self.headers,
+        }
+        keep_alive = version != "1.0" and parser.should_keep_alive()
+        names = {name for name, _ in self.headers}
+        if b"content-length" in names and b"transfer-encoding" in names:
+            keep_alive = False  # no framing doubt may carry over to the next request
+        self.reading = _Exchange(self, scope, self.expect_continue, keep_alive)
+        if self.running is None or self.running.complete:
+            self._start(self.reading)
+        else:
+            self.pause_reading()  # a pipelined request waits for the answers before it
+            self.pipeline.append(self.reading)
+
+    def on_body(self, body: bytes) -> None:
+        exchange = self.reading
+        assert exchange is not None
+        if exchange.complete:
+            return  # answered already: the rest of its body is dropped
+        exchange.body += body
+        if len(exchange.body) > BODY_HIGH_WATER:
+            self.pause_reading()
+        exchange.wake()
+
+    def on_message_complete(self) -> None:
+        self.head_room = MAX_HEAD_BYTES
+        exchange = self.reading
+        assert exchange is not None
+        if exchange.complete:
+            return
+        exchange.more_body = False
+        exchange.wake()
+
+    # -- requests and answers --
+
+    def _start(self, exchange: _Exchange) -> None:
+        self.running = exchange
+        task = self.loop.create_task(exchange.run(self.app))
+        tasks = self.server_state.tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def answered(self) -> None:
+        """An answer has been sent whole: start the next pipelined request, or wait idle."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.resume_reading()
+        if self.pipeline:
+            self._start(self.pipeline.popleft())
+            return
+        self.idle_since = self.loop.time()
+        if self.idle_timer is None:
+            self.idle_timer = self.loop.call_later(self.keep_alive_secs, self._idle_check)
+
+    def _idle_check(self) -> None:
+        """Close a connection idle for the keep-alive timeout. One timer a connection: while
+        requests keep coming it only re-arms itself for what is left of the timeout."""
+        self.idle_timer = None
+        if self.idle_since is None or self.transport.is_closing():
+            return  # busy: the next answer arms it again
+        left = self.idle_since + self.keep_alive_secs - self.loop.time()
+        if left <= 0:
+            self.transport.close()
+        else:
+            self.idle_timer = self.loop.call_later(left, self._idle_check)
+
+    def shutdown(self) -> None:
+        """uvicorn's server stopping: close now if idle, else after the answer in flight."""
+        if self.reading is None or self.reading.complete:
+            self.transport.close()
+        else:
+            self.reading.keep_alive = False  # the last request read closes the connection
