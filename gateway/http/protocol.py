@@ -245,6 +245,7 @@ class HttpProtocol(asyncio.Protocol):
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
         self.expect_continue = False
+        self.transfer_encoding = False
 
     # -- the transport's side --
 
@@ -339,6 +340,7 @@ class HttpProtocol(asyncio.Protocol):
         self.url = b""
         self.headers = []
         self.expect_continue = False
+        self.transfer_encoding = False
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -348,6 +350,8 @@ class HttpProtocol(asyncio.Protocol):
         value = value.rstrip(b" \t")  # llhttp keeps a value's trailing white space
         if name == b"expect" and value.lower() == b"100-continue":
             self.expect_continue = True
+        elif name == b"transfer-encoding":
+            self.transfer_encoding = True
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -379,8 +383,7 @@ class HttpProtocol(asyncio.Protocol):
             "headers": self.headers,
         }
         keep_alive = version != "1.0" and parser.should_keep_alive()
-        names = {name for name, _ in self.headers}
-        if b"content-length" in names and b"transfer-encoding" in names:
+        if self.transfer_encoding and any(name == b"content-length" for name, _ in self.headers):
             keep_alive = False  # no framing doubt may carry over to the next request
         self.reading = _Exchange(self, scope, self.expect_continue, keep_alive)
         if self.running is None or self.running.complete:
