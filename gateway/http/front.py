@@ -14,7 +14,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.background import BackgroundTask
-from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -141,15 +140,59 @@ _MODEL_GROUPS = {
 }
 
 
+class _ClientGone(Exception):
+    """The HTTP client closed its connection before its answer was ready, or while its
+    body was being read."""
+
+
+class Request:
+    """What the front reads of one HTTP request: its scope, its method, its headers by
+    lower-case name (ASGI servers give names lower-cased; of a repeated one, the first,
+    as starlette's Headers) and its body's chunks. Made for every request, so it does
+    no more than that."""
+
+    __slots__ = ("headers", "method", "receive", "scope")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.method: str = scope["method"]
+        self.headers: dict[str, str] = {
+            name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])
+        }
+
+    def header_pairs(self) -> list[tuple[str, str]]:
+        """Every header, repeated ones included, in the order they came."""
+        return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in self.scope["headers"]]
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The body's chunks as the server hands them over (none empty)."""
+        while True:
+            message = await self.receive()
+            if message["type"] != "http.request":
+                raise _ClientGone
+            body = message.get("body", b"")
+            if body:
+                yield body
+            if not message.get("more_body", False):
+                return
+
+
 class _Answer(Response):
     """A 200 whose headers are given as sent (lowercase names, bytes): what an infer answer
-    needs, without Starlette building them from a dictionary on every request."""
+    needs, sent as its two messages without Starlette building anything."""
 
     def __init__(self, body: bytes, raw_headers: list[tuple[bytes, bytes]]) -> None:
         self.status_code = 200
         self.background = None
         self.body = body
         self.raw_headers = raw_headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body})
+        if self.background is not None:
+            await self.background()
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -221,10 +264,6 @@ class _Refusal:
 
     def __init__(self, error: TurnoutError) -> None:
         self.error = error
-
-
-class _ClientGone(Exception):
-    """The HTTP client closed its connection before its answer was ready."""
 
 
 async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
@@ -310,10 +349,10 @@ class HttpFront:
         return response
 
     async def _answer(self, request: Request) -> Response:
-        raw_path = request.scope.get("raw_path")
-        path = raw_path.decode("utf-8", errors="replace") if raw_path else request.url.path
-        path = path.partition("?")[0]
         scope = request.scope
+        raw_path = scope.get("raw_path")
+        path = raw_path.decode("utf-8", errors="replace") if raw_path else scope["path"]
+        path = path.partition("?")[0]
         scope[_TYPED] = True  # as most of Triton's handlers; _route says where not
         try:
             return await self._route(request, path)
@@ -332,7 +371,7 @@ class HttpFront:
             return _error(exc.message, 403, typed=False)
         except _NotFound:
             return _error("Not Found", 404, typed=False)
-        except (_ClientGone, ClientDisconnect):  # gone while we waited for its answer or its body
+        except _ClientGone:  # gone while we waited for its answer or its body
             logger.info("HTTP %s %s: the client went away; its request was cancelled", request.method, path)
             return _error("Request cancelled", 400)  # written nowhere: uvicorn drops it
         except Exception as exc:  # the client still gets Triton's error shape
@@ -428,8 +467,8 @@ class HttpFront:
         if trace is not None:
             trace.stamp(HTTP_RECV_END)
         if self._forward:  # as Triton: once the request is parsed, before it runs
-            set_parameters(infer_request, self._forward.matching(request.headers.items()))
-        # starlette's headers are a case-insensitive Mapping; routing reads its sticky key there.
+            set_parameters(infer_request, self._forward.matching(request.header_pairs()))
+        # Routing reads its sticky key in the headers (by lower-case name).
         context = RequestContext(request.headers, trace=trace)
         try:
             encoded = await _while_connected(request, self._gateway.infer(infer_request, None, context))
