@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,6 +35,7 @@ from gateway.http.encoding import (
 )
 from gateway.http.generate import generate_request, generate_response
 from gateway.http.parsing import INFER_HEADER, OutputRendering, header_length, parse_infer_request, raw_binary_request
+from gateway.http.protocol import EXCHANGE, Exchange
 from gateway.http.rendering import render_encoded
 from gateway.restrictions import Restriction, http_refusal, parse_restrictions
 from gateway.settings import GatewaySettings
@@ -273,13 +274,35 @@ async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) ->
     handler.cancel()
 
 
-async def _while_connected(request: Request, work: Awaitable[_T]) -> _T:
+async def _while_connected(request: Request, work: Coroutine[Any, Any, _T]) -> _T:
     """Await `work` unless the client goes away first; then cancel it, which tells the
     sidecar to drop the request (the lane's CANCEL frame, or the gRPC call's cancel), and
-    raise _ClientGone. uvicorn does not cancel a handler whose client left."""
-    loop = asyncio.get_running_loop()
+    raise _ClientGone. uvicorn's servers do not cancel a handler whose client left; the
+    gateway's own connections (gateway.http.protocol) say so at once."""
     handler = asyncio.current_task()
     assert handler is not None
+    exchange: Exchange | None = request.scope.get(EXCHANGE)
+    if exchange is None:
+        return await _watching_receive(request, handler, work)
+    if exchange.disconnected:
+        work.close()
+        raise _ClientGone
+    exchange.on_gone = handler.cancel
+    try:
+        return await work
+    except asyncio.CancelledError:
+        # Only the connection's cancel means the client left; any other (shutdown) goes on up.
+        if exchange.disconnected and handler.uncancel() == 0:
+            raise _ClientGone from None
+        raise
+    finally:
+        exchange.on_gone = None
+
+
+async def _watching_receive(request: Request, handler: asyncio.Task[Any], work: Awaitable[_T]) -> _T:
+    """_while_connected under another ASGI server: after a short while, a task waits on
+    `receive` for the disconnect and cancels the handler."""
+    loop = asyncio.get_running_loop()
     watcher: asyncio.Task[None] | None = None
 
     def watch() -> None:

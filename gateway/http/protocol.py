@@ -54,6 +54,10 @@ _INTERNAL_ERROR_HEADERS = [
     (b"connection", b"close"),
 ]
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+# The scope key under which the app finds the request's Exchange: setting its `on_gone`
+# has the connection call it the moment the client leaves before its answer is sent whole
+# (an ASGI app would otherwise learn it only from a `receive` it must keep waiting on).
+EXCHANGE = "turnout.exchange"
 _UNSAFE_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
 
 
@@ -74,7 +78,7 @@ def _address(info: Any) -> tuple[str, int] | None:
     return None
 
 
-class _Exchange:
+class Exchange:
     """One request and its answer: the ASGI `receive` and `send` of one app call."""
 
     def __init__(self, connection: HttpProtocol, scope: dict[str, Any], expect_continue: bool, keep_alive: bool):
@@ -92,6 +96,7 @@ class _Exchange:
         self.head: bytes | None = None  # written with the body's first message
         self.chunked: bool | None = None
         self.remaining = 0  # of the declared Content-Length
+        self.on_gone: Callable[[], object] | None = None
 
     def wake(self) -> None:
         self.news = True
@@ -232,9 +237,9 @@ class HttpProtocol(asyncio.Protocol):
         self.server: tuple[str, int] | None = None
         self.client: tuple[str, int] | None = None
         self.scheme = "http"
-        self.reading: _Exchange | None = None  # the request being read, or the last one read
-        self.running: _Exchange | None = None  # the request the app is answering, or the last one
-        self.pipeline: deque[_Exchange] = deque()  # read, waiting for the answers before them
+        self.reading: Exchange | None = None  # the request being read, or the last one read
+        self.running: Exchange | None = None  # the request the app is answering, or the last one
+        self.pipeline: deque[Exchange] = deque()  # read, waiting for the answers before them
         self.read_paused = False
         self.writable: asyncio.Future[None] | None = None  # while the transport's buffer is full
         self.idle_since: float | None = None
@@ -263,6 +268,8 @@ class HttpProtocol(asyncio.Protocol):
             if exchange is not None:
                 exchange.disconnected = not exchange.complete
                 exchange.wake()
+                if exchange.disconnected and exchange.on_gone is not None:
+                    exchange.on_gone()
         self.resume_writing()
         if self.idle_timer is not None:
             self.idle_timer.cancel()
@@ -368,7 +375,7 @@ class HttpProtocol(asyncio.Protocol):
         path = raw_path.decode("ascii")
         if "%" in path:
             path = urllib.parse.unquote(path)
-        scope = {
+        scope: dict[str, Any] = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": version,
@@ -385,7 +392,7 @@ class HttpProtocol(asyncio.Protocol):
         keep_alive = version != "1.0" and parser.should_keep_alive()
         if self.transfer_encoding and any(name == b"content-length" for name, _ in self.headers):
             keep_alive = False  # no framing doubt may carry over to the next request
-        self.reading = _Exchange(self, scope, self.expect_continue, keep_alive)
+        self.reading = scope[EXCHANGE] = Exchange(self, scope, self.expect_continue, keep_alive)
         if self.running is None or self.running.complete:
             self._start(self.reading)
         else:
@@ -413,7 +420,7 @@ class HttpProtocol(asyncio.Protocol):
 
     # -- requests and answers --
 
-    def _start(self, exchange: _Exchange) -> None:
+    def _start(self, exchange: Exchange) -> None:
         self.running = exchange
         task = self.loop.create_task(exchange.run(self.app))
         tasks = self.server_state.tasks
