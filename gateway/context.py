@@ -15,12 +15,15 @@ if TYPE_CHECKING:
     from gateway.tracing.trace import Trace
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RequestContext:
     """What a front end passes beside the request: its headers (HTTP) or metadata (gRPC),
     lower-cased, and the client's deadline on the time.monotonic() clock, if any; the
     gateway adds the request's sequence, if it belongs to one. A front end that samples
-    the request for tracing passes its Trace."""
+    the request for tracing passes its Trace.
+
+    Made for every request, so not frozen (a frozen dataclass's `__init__` costs several
+    times a plain one's); treat it as immutable and derive with dataclasses.replace."""
 
     headers: Mapping[str, str] = field(default_factory=dict)
     deadline: float | None = None

@@ -91,8 +91,11 @@ class ModelPolicy:
         return self._all_arms
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Decision:
+    """Where one request goes. Made for every request, so not frozen (a frozen dataclass's
+    `__init__` costs several times a plain one's); derive with dataclasses.replace."""
+
     version: str  # "" = let the sidecar pick its newest READY version
     reason: Reason
     skipped: tuple[str, ...] = ()  # weighted arms left out for want of a ready instance
