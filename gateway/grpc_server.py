@@ -607,7 +607,7 @@ class _Connection(asyncio.Protocol):
     def _forget(self, call: _Call) -> None:
         self._calls.pop(call.stream_id, None)
         task = call.task
-        if task is not None and not task.done() and task is not asyncio.current_task():
+        if task is not None and not task.done() and task is not asyncio.current_task(self._loop):
             task.cancel()  # ended from outside its handler: too large, malformed, expired
         self._done(call)
 

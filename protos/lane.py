@@ -132,12 +132,15 @@ class _Framer(asyncio.Protocol):
         self.max_frame = max_frame  # the largest payload we take
         self.peer_max_frame = max_frame  # the largest the peer takes, from its HELLO
         self.transport: asyncio.Transport | None = None
+        # Set once connected. Kept, as asking for the running loop costs a getpid() call.
+        self.loop: asyncio.AbstractEventLoop = cast(asyncio.AbstractEventLoop, None)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A cast, not an isinstance check: uvloop's transports have the asyncio.Transport
         # methods but are not its subclasses, and an exception raised here leaves uvloop's
         # create_connection waiting forever.
         self.transport = cast(asyncio.Transport, transport)
+        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         # Frames are cut from where they arrived, each payload copied once: from `data` itself
@@ -170,7 +173,7 @@ class _Framer(asyncio.Protocol):
         """Queue one frame; `prefix` (a few bytes) joins the header, so the payload is never
         copied to lead it."""
         if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self.loop.call_soon(self._flush)
         self._pending.append(_HEADER.pack(len(prefix) + len(payload), call_id, kind) + prefix)
         self._pending.append(payload)
 
@@ -291,7 +294,7 @@ class _ServerConnection(_Framer):
                 self._send_reply(call_id, reply)
                 return
             answer = self._answer(call_id, reply)
-        task = asyncio.get_running_loop().create_task(answer)
+        task = self.loop.create_task(answer)
         self._tasks.add(task)
         self._calls[call_id] = task
         task.add_done_callback(self._tasks.discard)
@@ -566,7 +569,7 @@ class LaneClient:
         the sidecar's TurnoutError."""
         connection, prefix = await self._ready_for(payload, request_id)
         call_id = next(self._ids)
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[bytes] = connection.loop.create_future()
         connection.waiting[call_id] = future
         connection.send(call_id, Kind.INFER, payload, prefix)
         try:

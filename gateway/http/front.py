@@ -279,11 +279,13 @@ async def _while_connected(request: Request, work: Coroutine[Any, Any, _T]) -> _
     sidecar to drop the request (the lane's CANCEL frame, or the gRPC call's cancel), and
     raise _ClientGone. uvicorn's servers do not cancel a handler whose client left; the
     gateway's own connections (gateway.http.protocol) say so at once."""
-    handler = asyncio.current_task()
-    assert handler is not None
     exchange: Exchange | None = request.scope.get(EXCHANGE)
     if exchange is None:
+        handler = asyncio.current_task()
+        assert handler is not None
         return await _watching_receive(request, handler, work)
+    handler = asyncio.current_task(exchange.connection.loop)  # given the loop: no getpid() call
+    assert handler is not None
     if exchange.disconnected:
         work.close()
         raise _ClientGone
