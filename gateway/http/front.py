@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -75,9 +75,6 @@ _JSON = "application/json"
 _JSON_BYTES = _JSON.encode()
 QUEUE_FULL_SUFFIX = "Exceeds maximum queue size"
 RETRY_AFTER_SECS = "1"
-# An inference still unanswered this long starts watching for its client's disconnect; a
-# client that left sooner is noticed then (uvicorn remembers that it left).
-DISCONNECT_WATCH_AFTER_SECS = 0.01
 
 # Triton's route expressions (src/http_server.cc), matched in Triton's order against
 # the raw, undecoded path.
@@ -267,23 +264,15 @@ class _Refusal:
         self.error = error
 
 
-async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
-    # The body has been read, so the next message uvicorn gives is the disconnect.
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    handler.cancel()
-
-
 async def _while_connected(request: Request, work: Coroutine[Any, Any, _T]) -> _T:
     """Await `work` unless the client goes away first; then cancel it, which tells the
     sidecar to drop the request (the lane's CANCEL frame, or the gRPC call's cancel), and
-    raise _ClientGone. uvicorn's servers do not cancel a handler whose client left; the
-    gateway's own connections (gateway.http.protocol) say so at once."""
+    raise _ClientGone. The gateway's connections (gateway.http.protocol) say at once when
+    a client leaves; under an ASGI server that does not (uvicorn's own protocols), `work`
+    runs to its end."""
     exchange: Exchange | None = request.scope.get(EXCHANGE)
     if exchange is None:
-        handler = asyncio.current_task()
-        assert handler is not None
-        return await _watching_receive(request, handler, work)
+        return await work
     handler = asyncio.current_task(exchange.connection.loop)  # given the loop: no getpid() call
     assert handler is not None
     if exchange.disconnected:
@@ -299,31 +288,6 @@ async def _while_connected(request: Request, work: Coroutine[Any, Any, _T]) -> _
         raise
     finally:
         exchange.on_gone = None
-
-
-async def _watching_receive(request: Request, handler: asyncio.Task[Any], work: Awaitable[_T]) -> _T:
-    """_while_connected under another ASGI server: after a short while, a task waits on
-    `receive` for the disconnect and cancels the handler."""
-    loop = asyncio.get_running_loop()
-    watcher: asyncio.Task[None] | None = None
-
-    def watch() -> None:
-        nonlocal watcher
-        watcher = loop.create_task(_cancel_on_disconnect(request.receive, handler))
-
-    # Most answers come sooner than this: they pay for a timer, not for a watching task.
-    timer = loop.call_later(DISCONNECT_WATCH_AFTER_SECS, watch)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        # Only our own cancel means the client left; any other (shutdown) goes on up.
-        if watcher is not None and watcher.done() and not watcher.cancelled() and handler.uncancel() == 0:
-            raise _ClientGone from None
-        raise
-    finally:
-        timer.cancel()
-        if watcher is not None:
-            watcher.cancel()
 
 
 _HTTP_DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"

@@ -12,6 +12,8 @@ re-armed only when it fires); headers taken as the front builds them. Two more r
 a request head may take at most MAX_HEAD_BYTES (httptools gathers a head with no bound of
 its own), and a body that carries both Content-Length and `Transfer-Encoding: chunked`
 is read by its chunks, as Triton reads it, and its connection closes after the answer.
+The app finds each request's Exchange in its scope (EXCHANGE), through which it can ask
+to hear at once of a client that leaves.
 """
 
 from __future__ import annotations
