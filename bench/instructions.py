@@ -5,7 +5,7 @@ one process serving `simple` itself) run under valgrind's callgrind with instrum
 off. For each protocol, a closed-loop client warms up, then the processes serving it count
 every user-space instruction, in every thread, while the client sends exactly --requests
 requests (turnout's two first, then the floor); the counts, divided by the requests, are
-split by the shared object that ran them (CPython's interpreter, protobuf, zlib, uvloop,
+split by the shared object that ran them (CPython's interpreter, protobuf, deflate (zlib, ISA-L), uvloop,
 httptools, grpc, ONNX Runtime, libc, ...), and turnout's two processes together are
 printed as a multiple of the floor. Instructions, unlike CPU time, barely move with the machine's load (two
 runs of one build agree within about 1%), so a change of a few percent shows here where
@@ -39,7 +39,8 @@ PARTS = [
     ("/libpython", "CPython"),
     ("/lib-dynload/", "CPython"),  # its C modules: _json, _asyncio, zlib's binding, ...
     ("/google/_upb/", "protobuf"),
-    ("/libz.", "zlib"),
+    ("/libz.", "deflate"),
+    ("/isal/", "deflate"),  # ISA-L's, compressing HTTP answers
     ("/uvloop/", "uvloop"),
     ("/httptools/", "httptools"),
     ("/grpc/", "grpc"),
@@ -50,7 +51,7 @@ PARTS = [
 ]
 # About how many times slower a process runs under callgrind.
 VALGRIND_SLOWDOWN = 100
-COLUMNS = ["CPython", "protobuf", "zlib", "uvloop", "httptools", "grpc", "ONNX Runtime", "numpy", "libc", "other"]
+COLUMNS = ["CPython", "protobuf", "deflate", "uvloop", "httptools", "grpc", "ONNX Runtime", "numpy", "libc", "other"]
 
 
 def part_of(shared_object: str) -> str:

@@ -1,7 +1,7 @@
 """`python -m bench.instructions` counts a request's instructions in a real gateway, sidecar
 and floor server under valgrind's callgrind: every cell and process is there, the parts
 add up to no more than the total, each process spends them where it must (the gateway's
-HTTP answers compressed by zlib, as the client accepts; ONNX Runtime running the model in
+HTTP answers compressed (ISA-L's deflate), as the client accepts; ONNX Runtime running the model in
 the sidecar; numpy in the floor, which computes `simple` itself), and turnout's two
 processes are set against the floor."""
 
@@ -36,7 +36,7 @@ def test_instructions_per_request() -> None:
         parts = sum(figures[column] for column in COLUMNS)
         assert 0 < parts <= figures["total"] + 0.1 * len(COLUMNS)  # each rounded to 0.1 k
         assert figures["CPython"] > figures["total"] / 4
-    assert rows[("HTTP binary c2", "gateway")]["zlib"] > 0 == rows[("gRPC c2", "gateway")]["zlib"]
+    assert rows[("HTTP binary c2", "gateway")]["deflate"] > 0 == rows[("gRPC c2", "gateway")]["deflate"]
     assert rows[("gRPC c2", "gateway")]["grpc"] > 0
     for cell in cells:
         assert rows[(cell, "sidecar")]["ONNX Runtime"] > 0
