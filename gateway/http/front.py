@@ -214,7 +214,8 @@ def _need(request: Request, *methods: str) -> None:
 
 
 def _declared_length(request: Request) -> int | None:
-    """The Content-Length (uvicorn has checked that it is a number), None when chunked."""
+    """The Content-Length (the connection's parser has checked that it is a number), None
+    when chunked."""
     value = request.headers.get("content-length")
     return int(value) if value is not None else None
 
@@ -243,7 +244,7 @@ def _infer_too_large(request: Request, header: str | None, limit: int) -> TooLar
 
 async def _read(request: Request, limit: int, encoding: str | None, too_large: TooLarge) -> bytes:
     """The request body, never more than `limit` bytes of it held (encoding.read_body).
-    What is left of a refused body, uvicorn reads and drops, so the client still gets
+    What is left of a refused body, the connection reads and drops, so the client still gets
     the answer and the connection stays usable."""
     declared = _declared_length(request)
     try:
@@ -362,7 +363,7 @@ class HttpFront:
             return _error("Not Found", 404, typed=False)
         except _ClientGone:  # gone while we waited for its answer or its body
             logger.info("HTTP %s %s: the client went away; its request was cancelled", request.method, path)
-            return _error("Request cancelled", 400)  # written nowhere: uvicorn drops it
+            return _error("Request cancelled", 400)  # written nowhere: the connection drops it
         except Exception as exc:  # the client still gets Triton's error shape
             logger.exception("HTTP %s %s failed", request.method, path)
             return _error(f"internal error: {exc}", 500, typed=scope[_TYPED])
@@ -672,9 +673,9 @@ async def _sent(trace: Trace) -> None:
 class HttpApp:
     """The ASGI app serving Triton's HTTP API. Routing is Triton's own, on the raw path
     (model names are not URL-decoded), so every request goes straight to the front end:
-    no framework router or middleware between uvicorn and `HttpFront.handle`, which
-    answers every error itself. Only HTTP is served (uvicorn runs without lifespan and
-    websockets)."""
+    no framework router or middleware between the connection (gateway.http.protocol) and
+    `HttpFront.handle`, which answers every error itself. Only HTTP is served (uvicorn's
+    server runs without lifespan and websockets)."""
 
     def __init__(self, front: HttpFront) -> None:
         self._front = front
