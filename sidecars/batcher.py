@@ -165,6 +165,7 @@ class DynamicBatcher:
         self._idle: deque[asyncio.Future[_Batch | None]] = deque()  # instances waiting for a batch
         self._waiting: dict[asyncio.Future[_Batch | None], ModelInstance] = {}  # whose each wait is
         self._scheduling = True
+        self._forming = _Batch()  # the batch the scheduler adds to until it is full or started
         # preserve_ordering: batches deliver their results in the order they were started.
         self._started = 0
         self._delivered = 0
@@ -262,6 +263,8 @@ class DynamicBatcher:
             self._idle.append(waiting)
             self._waiting[waiting] = instance
             self._changed.set()
+            if self._queued:
+                self._form()  # may offer this instance its batch now
             try:
                 return await waiting
             finally:
@@ -311,16 +314,26 @@ class DynamicBatcher:
                     waiting.set_result(None)
 
     async def _form_batches(self) -> None:
-        batch = _Batch()
         while True:
+            wait_ns = self._form()
+            if wait_ns is None:
+                return
+            await self._wait_for_change(wait_ns or None)
+
+    def _form(self) -> int | None:
+        """Form and offer batches from the head of the queue while the rules allow; then how
+        long until they may allow more (0: until something changes), or None once closing
+        and drained. The scheduler runs it whenever something changes; an instance asking
+        for work runs it at once, rather than a turn of the loop later through the scheduler."""
+        while True:
+            batch = self._forming
             if batch.full or batch.started is not None:
-                batch = _Batch()
+                batch = self._forming = _Batch()
             self._drop_cancelled_heads()
             if not self._queued and self._closing:
-                return
+                return None
             if not self._queued or not self._room():
-                await self._wait_for_change()
-                continue
+                return 0
             if self._gathers:
                 plan = self._rules.plan(
                     self._candidates(),
@@ -338,9 +351,9 @@ class DynamicBatcher:
             batch.full |= plan.full
             batch.sealed |= plan.sealed
             if plan.wait_ns > 0:
-                await self._wait_for_change(plan.wait_ns)
-            elif not plan.take and not plan.full:
-                await self._wait_for_change()  # the waiting batch cannot take the head: until it starts
+                return plan.wait_ns
+            if not plan.take and not plan.full:
+                return 0  # the waiting batch cannot take the head: until it starts
 
     async def _wait_for_change(self, timeout_ns: int | None = None) -> None:
         """Until the queue, the instances or the batches change, or `timeout_ns` passes."""

@@ -45,13 +45,14 @@ class Model:
         max_batch_size: int = 8,
         runs_for_us: tuple[int, ...] = (0,),
         fails_with: str = "",
+        instances: list[RecordingInstance] | None = None,
     ) -> None:
         text = MODEL.format(max_batch_size=max_batch_size)
         if batching is not None:
             text += f"dynamic_batching {{ {batching} }}"
         config = model_config(text)
         self.signature = Signature(config)
-        self.instances = [RecordingInstance(double, us, fails_with) for us in runs_for_us]
+        self.instances = instances or [RecordingInstance(double, us, fails_with) for us in runs_for_us]
         self.batcher = DynamicBatcher(config, self.instances, VersionStatistics(), clock=virtual_ns)
 
     def send(
@@ -271,6 +272,39 @@ async def test_an_instance_merges_waiting_batches_whose_delay_has_passed_into_th
     # the queue); [4]'s delay has passed when the instance starts [1, 2, 3], so it joins.
     # Triton 2.51 ran [0, 0], [1, 2, 3, 4], [5, 6].
     assert model.batches() == [(0, [0, 0]), (3000, [1, 2, 3, 4]), (6000, [5, 6])]
+
+
+class Watched(RecordingInstance):
+    """A RecordingInstance that notes, one turn of the loop after its first batch ends,
+    how many batches it has started."""
+
+    def __init__(self, runs_for_us: int) -> None:
+        super().__init__(double, runs_for_us)
+        self.started_a_turn_after_the_first: int | None = None
+
+    async def execute(self, inputs: Tensors) -> dict[str, np.ndarray]:
+        outputs = await super().execute(inputs)
+        if len(self.runs) == 1:
+            asyncio.get_running_loop().call_soon(self._note)
+        return outputs
+
+    def _note(self) -> None:
+        self.started_a_turn_after_the_first = len(self.runs)
+
+
+@virtual_time
+async def test_an_instance_that_frees_up_starts_what_is_queued_in_the_same_turn_of_the_loop() -> None:
+    # A queue policy keeps [1] in the queue while the instance is busy (no batch formed
+    # ahead). The instance asking for work forms its next batch itself, rather than
+    # waking the scheduler and waiting a turn for it and another for the offer.
+    watched = Watched(1000)
+    model = Model("default_queue_policy { max_queue_size: 8 }", instances=[watched])
+    first = model.send(0)
+    await until_us(500)
+    second = model.send(1)
+    await asyncio.gather(first.result(), second.result())
+    assert model.batches() == [(0, [0]), (1000, [1])]
+    assert watched.started_a_turn_after_the_first == 2
 
 
 # -- the bounded queue -----------------------------------------------------------------------
