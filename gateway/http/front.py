@@ -177,8 +177,9 @@ class Request:
 
 
 class _Answer(Response):
-    """A 200 whose headers are given as sent (lowercase names, bytes): what an infer answer
-    needs, sent as its two messages without Starlette building anything."""
+    """A 200 whose headers are given as sent (lowercase names, bytes, no Content-Length):
+    what an infer answer needs. The gateway's own connection writes it in one call; any
+    other ASGI server gets its two messages."""
 
     def __init__(self, body: bytes, raw_headers: list[tuple[bytes, bytes]]) -> None:
         self.status_code = 200
@@ -187,8 +188,13 @@ class _Answer(Response):
         self.raw_headers = raw_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        await send({"type": "http.response.body", "body": self.body})
+        exchange = scope.get(EXCHANGE)
+        if exchange is not None:
+            await exchange.answer(200, self.raw_headers, self.body)
+        else:
+            headers = [*self.raw_headers, (b"content-length", str(len(self.body)).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": self.body})
         if self.background is not None:
             await self.background()
 
@@ -482,7 +488,7 @@ class HttpFront:
         if encoding is not None:
             content = compress(content, encoding)
             headers.append((b"content-encoding", encoding.encode()))
-        headers += [(b"content-length", str(len(content)).encode()), (b"content-type", media_type)]
+        headers.append((b"content-type", media_type))
         return _Answer(content, headers)
 
     async def _infer_request(

@@ -163,6 +163,31 @@ class Exchange:
         else:
             raise RuntimeError(f"Unexpected ASGI message '{kind}' sent, after response already completed.")
 
+    async def answer(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """A whole answer in one call, its headers as the gateway's own code builds them
+        (lower-case names, values without control bytes, no Content-Length: `body` gives
+        it): what `send`'s two messages do, without checking each header."""
+        connection = self.connection
+        if connection.writable is not None and not self.disconnected:
+            await connection.writable
+        if self.disconnected:
+            return
+        if self.started:
+            raise RuntimeError("Unexpected answer: the response has already started.")
+        self.started = True
+        self.expect_continue = False
+        lines = [_STATUS_LINES[status]]
+        for name, value in headers:
+            lines += (name, b": ", value, b"\r\n")
+        lines.append(b"content-length: %d\r\n" % len(body))
+        if not self.keep_alive:
+            lines.append(b"connection: close\r\n")
+        lines.append(b"\r\n")
+        self.head = b"".join(lines)
+        self.chunked = False
+        self.remaining = len(body)
+        self._body(body, False)
+
     def _start(self, status: int, headers: Any) -> None:
         self.started = True
         self.expect_continue = False
