@@ -253,6 +253,13 @@ async def _read(request: Request, limit: int, encoding: str | None, too_large: T
     What is left of a refused body, the connection reads and drops, so the client still gets
     the answer and the connection stays usable."""
     declared = _declared_length(request)
+    exchange: Exchange | None = request.scope.get(EXCHANGE)
+    if exchange is not None and encoding is None and (declared is None or declared <= limit):
+        body = exchange.whole_body()  # most bodies have arrived with their head
+        if body is not None:
+            if len(body) > limit:  # chunked
+                raise too_large(len(body))
+            return body
     try:
         return await read_body(request.stream(), declared, encoding, limit, too_large)
     except TurnoutError as error:

@@ -90,6 +90,7 @@ class Exchange:
         self.keep_alive = keep_alive
         self.body = bytearray()
         self.more_body = True
+        self.read = False  # some of the body has been handed to the app
         self.news = False  # something `receive` has not yet reported (body, its end, a disconnect)
         self.waiter: asyncio.Future[None] | None = None
         self.disconnected = False
@@ -142,8 +143,20 @@ class Exchange:
         self.news = False
         if self.disconnected or self.complete:
             return {"type": "http.disconnect"}
+        self.read = True
         body, self.body = bytes(self.body), bytearray()
         return {"type": "http.request", "body": body, "more_body": self.more_body}
+
+    def whole_body(self) -> bytes | None:
+        """The whole body, where all of it has arrived, none of it has been read and no
+        100 Continue is owed: what one `receive` would return, without a message. None
+        otherwise (read it through `receive`)."""
+        if self.more_body or self.read or self.expect_continue or self.disconnected or self.complete:
+            return None
+        self.read = True
+        self.news = False
+        body, self.body = bytes(self.body), bytearray()
+        return body
 
     async def send(self, message: dict[str, Any]) -> None:
         connection = self.connection
