@@ -8,10 +8,9 @@ change on the event loop thread only, so they need no lock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from gateway.metrics import GatewayMetrics
 from gateway.upstream import SidecarClient
@@ -62,18 +61,9 @@ class Balancer:
     def _load(self, client: SidecarClient) -> int:
         return self._outstanding.get(client, 0)
 
-    @contextlib.contextmanager
-    def track(self, client: SidecarClient) -> Iterator[None]:
-        self._outstanding[client] = self._outstanding.get(client, 0) + 1
-        try:
-            yield
-        finally:
-            # `forget` may have dropped the count while this request was in flight.
-            left = self._outstanding.get(client, 0) - 1
-            if left > 0:
-                self._outstanding[client] = left
-            else:
-                self._outstanding.pop(client, None)
+    def track(self, client: SidecarClient) -> _InFlight:
+        """A `with` block that counts one request outstanding at `client`."""
+        return _InFlight(self._outstanding, client)
 
     def eject(self, client: SidecarClient, reason: str) -> None:
         """Keep `client` out of rotation until it answers a readiness probe."""
@@ -105,3 +95,25 @@ class Balancer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _InFlight:
+    """One request counted outstanding at a replica while its `with` block runs (made for
+    every request: a plain object, not a generator's context manager)."""
+
+    __slots__ = ("_client", "_outstanding")
+
+    def __init__(self, outstanding: dict[SidecarClient, int], client: SidecarClient) -> None:
+        self._outstanding = outstanding
+        self._client = client
+
+    def __enter__(self) -> None:
+        self._outstanding[self._client] = self._outstanding.get(self._client, 0) + 1
+
+    def __exit__(self, *_: object) -> None:
+        # `forget` may have dropped the count while this request was in flight.
+        left = self._outstanding.get(self._client, 0) - 1
+        if left > 0:
+            self._outstanding[self._client] = left
+        else:
+            self._outstanding.pop(self._client, None)
