@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import grpc
 
 from gateway import http2
+from protos.memo import Memo
 from protos.rpc import MAX_MESSAGE_BYTES
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,40 @@ def _timeout(value: bytes) -> float | None:
     if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
         return None
     return int(digits) * _TIMEOUT_UNITS[unit]
+
+
+class _Head(NamedTuple):
+    """What a call's request headers say, as the server reads them."""
+
+    path: bytes
+    content_type: bytes
+    timeout: float | None  # seconds
+    encoding: bytes
+    accepts: bytes
+    metadata: tuple[tuple[str, str | bytes], ...]
+
+    @classmethod
+    def of(cls, headers: tuple[tuple[bytes, bytes], ...]) -> _Head:
+        path = content_type = accepts = b""
+        timeout = None
+        encoding = b"identity"
+        for key, value in headers:
+            if key == b":path":
+                path = value
+            elif key == b"content-type":
+                content_type = value
+            elif key == b"grpc-timeout":
+                timeout = _timeout(value)
+            elif key == b"grpc-encoding":
+                encoding = value
+            elif key == b"grpc-accept-encoding":
+                accepts = value
+        return cls(path, content_type, timeout, encoding, accepts, _metadata(headers))
+
+
+# A client's calls of one method send the same headers again and again (gateway.http2
+# hands such a block's headers over as one tuple): each is read once.
+_heads: Memo[tuple[tuple[bytes, bytes], ...], _Head] = Memo(64)
 
 
 def _metadata(headers: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[str, str | bytes], ...]:
@@ -303,27 +338,14 @@ class _Connection(asyncio.Protocol):
 
     # -- requests ----------------------------------------------------------------
 
-    def on_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
-        path = b""
-        content_type = b""
-        timeout = None
-        encoding = b"identity"
-        accepts = b""
-        for key, value in headers:
-            if key == b":path":
-                path = value
-            elif key == b"content-type":
-                content_type = value
-            elif key == b"grpc-timeout":
-                timeout = _timeout(value)
-            elif key == b"grpc-encoding":
-                encoding = value
-            elif key == b"grpc-accept-encoding":
-                accepts = value
+    def on_headers(self, stream_id: int, headers: tuple[tuple[bytes, bytes], ...]) -> None:
+        head = _heads.get(headers)
+        if head is None:
+            head = _heads.remember(headers, _Head.of(headers))
+        path, content_type, timeout, encoding, accepts, metadata = head
         if not content_type.startswith(b"application/grpc"):
             self._http2.send_headers(stream_id, http2.encode_headers(((b":status", b"415"),)), end_stream=True)
             return
-        metadata = _metadata(headers)
         method = path.decode("latin-1")
         handler = self._server.handler(method, metadata)
         call = _Call(self, method, stream_id, handler)

@@ -61,7 +61,7 @@ class StreamClosed(Exception):
 class Owner(Protocol):
     """What the connection tells its user, as frames are read."""
 
-    def on_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+    def on_headers(self, stream_id: int, headers: tuple[tuple[bytes, bytes], ...]) -> None:
         """A new stream's request headers."""
 
     def on_data(self, stream_id: int, data: bytes, flow_length: int) -> None:
@@ -166,7 +166,7 @@ class Connection:
         self._continued: tuple[int, int, bytearray] | None = None  # stream, END_STREAM flag, block so far
         self._max_header_block = 4 * max_header_list  # the encoded block, before decoding
         self._decoder = Decoder(max_header_list_size=max_header_list)
-        self._remembered: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._remembered: dict[bytes, tuple[tuple[bytes, bytes], ...]] = {}
 
         settings = {
             MAX_CONCURRENT_STREAMS: MAX_WINDOW,
@@ -331,7 +331,7 @@ class Connection:
         if end_stream:
             self._owner.on_end(stream_id)
 
-    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+    def _decode(self, block: bytes) -> tuple[tuple[bytes, bytes], ...]:
         remembered = self._remembered.get(block)
         if remembered is not None:
             return remembered
@@ -339,7 +339,7 @@ class Connection:
         entries = table.dynamic_entries
         before = (len(entries), entries[0] if entries else None, table.maxsize)
         try:
-            headers: list[tuple[bytes, bytes]] = list(self._decoder.decode(block, raw=True))
+            headers = tuple(self._decoder.decode(block, raw=True))
         except HPACKError as exc:
             raise ConnectionFault(COMPRESSION_ERROR, f"a header block that cannot be decoded: {exc}") from None
         after = (len(entries), entries[0] if entries else None, table.maxsize)

@@ -32,7 +32,7 @@ class Recorder:
         self.connection: http2.Connection | None = None
         self.acknowledging = True
 
-    def on_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
+    def on_headers(self, stream_id: int, headers: tuple[tuple[bytes, bytes], ...]) -> None:
         self.events.append(("headers", stream_id, list(headers)))
 
     def on_data(self, stream_id: int, data: bytes, flow_length: int) -> None:
