@@ -35,7 +35,7 @@ from gateway.http.encoding import (
 )
 from gateway.http.generate import generate_request, generate_response
 from gateway.http.parsing import INFER_HEADER, OutputRendering, header_length, parse_infer_request, raw_binary_request
-from gateway.http.protocol import EXCHANGE, Exchange
+from gateway.http.protocol import EXCHANGE, HEAD, Exchange, Head
 from gateway.http.rendering import render_encoded
 from gateway.restrictions import Restriction, http_refusal, parse_restrictions
 from gateway.settings import GatewaySettings
@@ -155,9 +155,12 @@ class Request:
         self.scope = scope
         self.receive = receive
         self.method: str = scope["method"]
-        self.headers: dict[str, str] = {
-            name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])
-        }
+        head: Head | None = scope.get(HEAD)  # the gateway's own connection read them
+        self.headers: dict[str, str] = (
+            head.by_name
+            if head is not None
+            else {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])}
+        )
 
     def header_pairs(self) -> list[tuple[str, str]]:
         """Every header, repeated ones included, in the order they came."""

@@ -26,9 +26,11 @@ import re
 import urllib.parse
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import httptools
+
+from protos.memo import Memo
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,8 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # has the connection call it the moment the client leaves before its answer is sent whole
 # (an ASGI app would otherwise learn it only from a `receive` it must keep waiting on).
 EXCHANGE = "turnout.exchange"
+# The scope's key for its request's Head.
+HEAD = "turnout.head"
 _UNSAFE_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
 
 
@@ -78,6 +82,28 @@ def _address(info: Any) -> tuple[str, int] | None:
     if isinstance(info, (list, tuple)) and len(info) >= 2:
         return str(info[0]), int(info[1])
     return None
+
+
+class Head(NamedTuple):
+    """What a request's headers say, read once for every request that sends the same."""
+
+    headers: tuple[tuple[bytes, bytes], ...]  # names lower-cased, values' trailing white space dropped
+    by_name: dict[str, str]  # of a repeated name, the first; shared: read it, never change it
+    expect_continue: bool
+    framing_doubt: bool  # both Transfer-Encoding and Content-Length
+
+    @classmethod
+    def of(cls, sent: tuple[tuple[bytes, bytes], ...]) -> Head:
+        headers = tuple((name.lower(), value.rstrip(b" \t")) for name, value in sent)  # llhttp keeps it
+        by_name: dict[str, str] = {}
+        for name, value in headers:
+            by_name.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+        expect = by_name.get("expect", "").lower() == "100-continue"
+        return cls(headers, by_name, expect, "transfer-encoding" in by_name and "content-length" in by_name)
+
+
+# Clients send the same headers again and again (a body of another size changes them).
+_heads: Memo[tuple[tuple[bytes, bytes], ...], Head] = Memo(64)
 
 
 class Exchange:
@@ -288,9 +314,7 @@ class HttpProtocol(asyncio.Protocol):
         self.refused = False
         # The request being parsed.
         self.url = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.expect_continue = False
-        self.transfer_encoding = False
+        self.headers: list[tuple[bytes, bytes]] = []  # as sent, of the request being read
 
     # -- the transport's side --
 
@@ -386,20 +410,12 @@ class HttpProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.url = b""
         self.headers = []
-        self.expect_continue = False
-        self.transfer_encoding = False
 
     def on_url(self, url: bytes) -> None:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        name = name.lower()
-        value = value.rstrip(b" \t")  # llhttp keeps a value's trailing white space
-        if name == b"expect" and value.lower() == b"100-continue":
-            self.expect_continue = True
-        elif name == b"transfer-encoding":
-            self.transfer_encoding = True
-        self.headers.append((name, value))
+        self.headers.append((name, value))  # as sent: read in on_headers_complete
 
     def on_headers_complete(self) -> None:
         self.head_room = None
@@ -427,12 +443,15 @@ class HttpProtocol(asyncio.Protocol):
             "path": path,
             "raw_path": raw_path,
             "query_string": query,
-            "headers": self.headers,
         }
-        keep_alive = version != "1.0" and parser.should_keep_alive()
-        if self.transfer_encoding and any(name == b"content-length" for name, _ in self.headers):
-            keep_alive = False  # no framing doubt may carry over to the next request
-        self.reading = scope[EXCHANGE] = Exchange(self, scope, self.expect_continue, keep_alive)
+        sent = tuple(self.headers)
+        head = _heads.get(sent)
+        if head is None:
+            head = _heads.remember(sent, Head.of(sent))
+        scope["headers"] = list(head.headers)  # the app's to change
+        scope[HEAD] = head
+        keep_alive = version != "1.0" and parser.should_keep_alive() and not head.framing_doubt
+        self.reading = scope[EXCHANGE] = Exchange(self, scope, head.expect_continue, keep_alive)
         if self.running is None or self.running.complete:
             self._start(self.reading)
         else:
