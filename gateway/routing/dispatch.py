@@ -66,6 +66,10 @@ def relabelled(response: bytes, model: str, arm: str) -> bytes:
     )
 
 
+# Where no policy and no client names a version: one decision for all such requests.
+_DEFAULT = Decision("", Reason.DEFAULT)
+
+
 class Dispatcher:
     """Chooses version and replica for each inference and sends it, failing over."""
 
@@ -100,19 +104,19 @@ class Dispatcher:
     def _choose(self, model: str, requested: str, context: RequestContext, draw_key: str) -> Decision:
         policy = self._policies.get(model)
         if policy is None and not requested:
-            return Decision("", Reason.DEFAULT)
+            return _DEFAULT
         ready = ready_arms(self._registry, model, policy)
         return self._chooser.choose(policy, requested, context.headers, ready, draw_key)
 
     def _count_route(self, model: str, decision: Decision) -> None:
         # Label only arms the policy or the fleet knows: a client's version text is unbounded.
-        policy = self._policies.get(model)
         arm = decision.arm
-        if policy is not None and arm in policy.arms():
-            known = True
-        else:
-            known = arm in (ready_arms(self._registry, model, policy) or ())
-        self._metrics.count_route(model, decision, arm if known or not arm else "other")
+        if arm:
+            policy = self._policies.get(model)
+            named = policy is not None and arm in policy.arms()
+            if not named and arm not in (ready_arms(self._registry, model, policy) or ()):
+                arm = "other"
+        self._metrics.count_route(model, decision, arm)
 
     def _decide_sequence(
         self, model: str, requested: str, context: RequestContext, sequence: SequenceFlags

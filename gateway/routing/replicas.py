@@ -49,7 +49,9 @@ class Balancer:
         healthy = self._eligible(ordered, tried)
         return healthy[0] if healthy else None
 
-    def _eligible(self, candidates: Sequence[SidecarClient], tried: Sequence[SidecarClient]) -> list[SidecarClient]:
+    def _eligible(self, candidates: Sequence[SidecarClient], tried: Sequence[SidecarClient]) -> Sequence[SidecarClient]:
+        if not tried and not self._ejected and not self._max_inflight:
+            return candidates  # a request's first try, every replica healthy, no limit: all of them
         fresh = [c for c in candidates if c not in tried]
         healthy = [c for c in fresh if c not in self._ejected] or fresh
         if self._max_inflight and healthy:
