@@ -118,9 +118,14 @@ def _unparsable() -> TurnoutError:
     return internal("Unable to parse request")
 
 
+# Looked up once: on a message class, each lookup of FromString goes through protobuf's
+# metaclass, which first fails to find it on the type.
+_parse_request = pb.ModelInferRequest.FromString
+
+
 def _parse_infer(encoded: bytes) -> pb.ModelInferRequest:
     try:
-        request: pb.ModelInferRequest = pb.ModelInferRequest.FromString(encoded)
+        request: pb.ModelInferRequest = _parse_request(encoded)
     except DecodeError:
         raise _unparsable() from None
     return request

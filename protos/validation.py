@@ -158,7 +158,7 @@ def _form_of(request: pb.ModelInferRequest) -> tuple[Any, ...] | None:
     for tensor in request.inputs[:]:
         if tensor.parameters or tensor.HasField("contents"):
             return None
-        inputs.append((tensor.name, tensor.datatype, tuple(tensor.shape)))
+        inputs.append((tensor.name, tensor.datatype, tuple(tensor.shape[:])))  # sliced: no IndexError
     outputs = []
     for output in request.outputs[:]:
         if output.parameters:

@@ -37,6 +37,11 @@ Request = TypeVar("Request")
 Response = TypeVar("Response")
 
 
+# Looked up once: on a message class, each lookup of FromString goes through protobuf's
+# metaclass, which first fails to find it on the type.
+_parse_request = pb.ModelInferRequest.FromString
+
+
 def rpc(
     method: Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]],
 ) -> Callable[[Any, Request, grpc.aio.ServicerContext], Awaitable[Response]]:
@@ -288,7 +293,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         # Run in a context of its own: the lane's read callback must not keep this
         # request's id for whatever it logs next.
         answer = contextvars.copy_context().run(
-            self._infer_now, pb.ModelInferRequest.FromString(encoded), request_id, True
+            self._infer_now, _parse_request(encoded), request_id, True
         )
         if isinstance(answer, bytes):
             return answer
