@@ -292,9 +292,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         id in, a serialized response out; at once where the model ran at once."""
         # Run in a context of its own: the lane's read callback must not keep this
         # request's id for whatever it logs next.
-        answer = contextvars.copy_context().run(
-            self._infer_now, _parse_request(encoded), request_id, True
-        )
+        answer = contextvars.copy_context().run(self._infer_now, _parse_request(encoded), request_id, True)
         if isinstance(answer, bytes):
             return answer
         if isinstance(answer, pb.ModelInferResponse):
