@@ -378,15 +378,22 @@ class _Connection(asyncio.Protocol):
         if call is None or call.ended:
             self._http2.acknowledge(stream_id, flow_length)
             return
-        buffer = call.buffer
-        buffer += data
         streaming = call.messages is not None
         if streaming:
             call.unacknowledged += flow_length
         else:
             self._http2.acknowledge(stream_id, flow_length)
-        while len(buffer) >= 5:
-            length = int.from_bytes(buffer[1:5], "big")
+        # Messages are cut from the data itself (a unary request's usually comes whole in
+        # one DATA frame), or from the bytes held from frames before once one is whole.
+        buffer = call.buffer
+        held = bool(buffer)
+        if held:
+            buffer += data
+        source = buffer if held else data
+        at = 0
+        end = len(source)
+        while end - at >= 5:
+            length = int.from_bytes(source[at + 1 : at + 5], "big")
             if length > self._server.max_receive:
                 # Refused from its prefix, before its bytes are held.
                 self._finish(
@@ -395,11 +402,12 @@ class _Connection(asyncio.Protocol):
                     f"Received message larger than max ({length} vs. {self._server.max_receive})",
                 )
                 return
-            if len(buffer) < 5 + length:
+            stop = at + 5 + length
+            if stop > end:
                 break
-            compressed = buffer[0]
-            message = bytes(buffer[5 : 5 + length])
-            del buffer[: 5 + length]
+            compressed = source[at]
+            message = bytes(memoryview(buffer)[at + 5 : stop]) if held else data[at + 5 : stop]
+            at = stop
             if compressed:
                 try:
                     message = self._decompressed(call, message)
@@ -414,6 +422,10 @@ class _Connection(asyncio.Protocol):
             else:
                 self._finish(call, grpc.StatusCode.UNIMPLEMENTED, "Too many requests for a unary call")
                 return
+        if held:
+            del buffer[:at]
+        elif at < end:
+            buffer += memoryview(data)[at:]  # the start of a message still arriving
         if streaming:
             self._acknowledge(call)
 
