@@ -114,7 +114,8 @@ class Exchange:
         self.scope = scope
         self.expect_continue = expect_continue
         self.keep_alive = keep_alive
-        self.body = bytearray()
+        self.body: list[bytes] = []  # what has arrived and not been read, as the parser gave it
+        self.held = 0  # its bytes
         self.more_body = True
         self.read = False  # some of the body has been handed to the app
         self.news = False  # something `receive` has not yet reported (body, its end, a disconnect)
@@ -170,7 +171,7 @@ class Exchange:
         if self.disconnected or self.complete:
             return {"type": "http.disconnect"}
         self.read = True
-        body, self.body = bytes(self.body), bytearray()
+        body = self._take()
         return {"type": "http.request", "body": body, "more_body": self.more_body}
 
     def whole_body(self) -> bytes | None:
@@ -181,7 +182,12 @@ class Exchange:
             return None
         self.read = True
         self.news = False
-        body, self.body = bytes(self.body), bytearray()
+        return self._take()
+
+    def _take(self) -> bytes:
+        body = b"".join(self.body)  # one chunk is itself, not a copy
+        self.body = []
+        self.held = 0
         return body
 
     async def send(self, message: dict[str, Any]) -> None:
@@ -463,8 +469,9 @@ class HttpProtocol(asyncio.Protocol):
         assert exchange is not None
         if exchange.complete:
             return  # answered already: the rest of its body is dropped
-        exchange.body += body
-        if len(exchange.body) > BODY_HIGH_WATER:
+        exchange.body.append(body)
+        exchange.held += len(body)
+        if exchange.held > BODY_HIGH_WATER:
             self.pause_reading()
         exchange.wake()
 
