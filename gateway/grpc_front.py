@@ -35,7 +35,7 @@ from gateway.tracing.trace import (
     Trace,
 )
 from protos import grpc_service_pb2 as pb
-from protos.rpc import BY_NAME, MESSAGE_SIZE_OPTIONS, METHODS, SERVICE, abort_call
+from protos.rpc import BY_NAME, MESSAGE_SIZE_OPTIONS, METHODS, SERVICE, abort_call, parse_infer_request
 from protos.status import CAUSE_METADATA, REFUSAL_STATUS_PARAMETER, Cause, Status, TurnoutError, internal
 from protos.wire import length_delimited
 
@@ -118,14 +118,9 @@ def _unparsable() -> TurnoutError:
     return internal("Unable to parse request")
 
 
-# Looked up once: on a message class, each lookup of FromString goes through protobuf's
-# metaclass, which first fails to find it on the type.
-_parse_request = pb.ModelInferRequest.FromString
-
-
 def _parse_infer(encoded: bytes) -> pb.ModelInferRequest:
     try:
-        request: pb.ModelInferRequest = _parse_request(encoded)
+        request: pb.ModelInferRequest = parse_infer_request(encoded)
     except DecodeError:
         raise _unparsable() from None
     return request
@@ -305,7 +300,7 @@ class InferenceService:
         async def read_all(group: asyncio.TaskGroup) -> None:
             async for encoded in requests:
                 try:
-                    request = pb.ModelInferRequest.FromString(encoded)
+                    request = parse_infer_request(encoded)
                 except DecodeError:
                     # grpc's C++ server fails such a read, which Triton takes for the end
                     # of the client's requests: those read are answered, then the stream

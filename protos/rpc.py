@@ -9,9 +9,14 @@ from typing import NoReturn
 
 import grpc
 
+from protos import grpc_service_pb2 as pb
 from protos.status import CAUSE_METADATA, TurnoutError
 
 SERVICE = "inference.GRPCInferenceService"
+
+# A serialized ModelInferRequest parsed; looked up once, since each lookup of FromString on
+# a protobuf class goes through its metaclass, which first fails to find it on the type.
+parse_infer_request = pb.ModelInferRequest.FromString
 
 # Triton and tritonclient allow INT32_MAX bytes both ways; grpcio's default is 4 MiB.
 MAX_MESSAGE_BYTES = 2**31 - 1

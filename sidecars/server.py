@@ -19,7 +19,7 @@ from protos import grpc_service_pb2_grpc as pb_grpc
 from protos.cnum import parse_version
 from protos.identity import SIDECAR_EXTENSIONS, server_metadata
 from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_response, log_updates
-from protos.rpc import METHODS, abort_call
+from protos.rpc import METHODS, abort_call, parse_infer_request
 from protos.status import Cause, TurnoutError, decoupled_refused, invalid_arg, not_found, unavailable, unsupported
 from protos.trace import TRACE_PARAMETER, timestamps_text
 from protos.validation import Answer, ValidRequest, validate
@@ -35,11 +35,6 @@ _NO_SHM = "client shared memory is handled by the turnout gateway, not by a side
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
-
-
-# Looked up once: on a message class, each lookup of FromString goes through protobuf's
-# metaclass, which first fails to find it on the type.
-_parse_request = pb.ModelInferRequest.FromString
 
 
 def rpc(
@@ -281,7 +276,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
     ) -> AsyncIterator[tuple[bytes | TurnoutError, bool]]:
         """A STREAM call on the gateway's lane: serialized responses (an error response as
         its TurnoutError), the last one marked."""
-        async for response, last in self._stream_answers(pb.ModelInferRequest.FromString(encoded), request_id):
+        async for response, last in self._stream_answers(parse_infer_request(encoded), request_id):
             if isinstance(response, pb.ModelInferResponse):
                 yield response.SerializeToString(), last
             else:
@@ -292,7 +287,7 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         id in, a serialized response out; at once where the model ran at once."""
         # Run in a context of its own: the lane's read callback must not keep this
         # request's id for whatever it logs next.
-        answer = contextvars.copy_context().run(self._infer_now, _parse_request(encoded), request_id, True)
+        answer = contextvars.copy_context().run(self._infer_now, parse_infer_request(encoded), request_id, True)
         if isinstance(answer, bytes):
             return answer
         if isinstance(answer, pb.ModelInferResponse):

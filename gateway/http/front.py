@@ -155,12 +155,9 @@ class Request:
         self.scope = scope
         self.receive = receive
         self.method: str = scope["method"]
-        head: Head | None = scope.get(HEAD)  # the gateway's own connection read them
-        self.headers: dict[str, str] = (
-            head.by_name
-            if head is not None
-            else {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(scope["headers"])}
-        )
+        # The gateway's own connection has read them; under another server, read them here.
+        head: Head | None = scope.get(HEAD)
+        self.headers: dict[str, str] = (head or Head.of(tuple(scope["headers"]))).by_name
 
     def header_pairs(self) -> list[tuple[str, str]]:
         """Every header, repeated ones included, in the order they came."""
