@@ -11,9 +11,7 @@ import importlib
 import json
 import os
 import queue
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,20 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from protos.ready import GATEWAY_READY, parse_ready
+from protos.ready import GATEWAY_READY, parse_ready, quiet_port
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
-
-
-def _ephemeral_floor() -> int:
-    """The lowest port the kernel hands out by itself (to outgoing connections and to
-    servers binding port 0)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 49152  # IANA's range, macOS's default
 
 
 _handed_out: set[int] = set()
@@ -52,22 +41,11 @@ def loopback_bytes() -> int:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on `host` now, for a server that cannot bind port 0 and report it.
-    Taken below the kernel's own range, where no outgoing connection of another process
-    can take it before the server binds it, and never the same twice in one run."""
-    floor = _ephemeral_floor()
-    for _ in range(200):
-        port = random.randrange(10_000, floor)
-        if port in _handed_out:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    raise RuntimeError(f"no free port on {host} between 10000 and {floor}")
+    """A port free on `host` now, for a server that cannot bind port 0 and report it:
+    below the kernel's own range (protos.ready.quiet_port), never the same twice in one run."""
+    port = quiet_port(host, _handed_out)
+    _handed_out.add(port)
+    return port
 
 
 def make_models() -> ModuleType:

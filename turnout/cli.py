@@ -28,7 +28,7 @@ from protos.flags import (
     shared,
     shared_options,
 )
-from protos.ready import join_host_port
+from protos.ready import join_host_port, quiet_port
 
 
 def _check_restrictions(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> tuple[str, ...]:
@@ -477,10 +477,8 @@ def _bls_gateway_arguments(model_repositories: Sequence[str], flags: dict[str, A
     host = flags["host"]
     loopback = "::1" if ":" in host else "127.0.0.1"
     if flags["grpc_port"] == 0:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((host, 0))
-            flags["grpc_port"] = probe.getsockname()[1]
+        # Not a port the kernel picks: a sidecar binding port 0 could be given it too.
+        flags["grpc_port"] = quiet_port(host)
     address = join_host_port(loopback, flags["grpc_port"])
     arguments = [f"--backend-config=gateway={address}"]
     if not (flags.get("grpc_use_ssl") or flags.get("grpc_use_ssl_mutual")):

@@ -18,6 +18,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from protos.ready import kernel_port_floor
 from tests.e2e.python_models import stream_repeat, write_python_models
 from tests.harness import Server, turnout_up, write_repository
 
@@ -27,6 +28,12 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repo = write_repository(tmp_path_factory.mktemp("repo_python_streams"), ("simple",))
     with turnout_up(write_python_models(repo)) as running:
         yield running
+
+
+def test_with_grpc_port_0_the_port_python_models_call_back_on_is_none_the_kernel_hands_out(up: Server) -> None:
+    # It is chosen before the sidecars start and bound after them: a port from the
+    # kernel's own range could meanwhile be given to a sidecar binding port 0.
+    assert int(up.grpc.rpartition(":")[2]) < kernel_port_floor()
 
 
 def test_generate_refuses_what_it_cannot_take(up: Server) -> None:
