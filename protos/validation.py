@@ -4,7 +4,7 @@ decode of each input into numpy (typed `contents` or `raw_input_contents`)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,7 +147,7 @@ class _Form:
     outputs: tuple[RequestedOutput, ...]
 
 
-def _form_of(request: pb.ModelInferRequest) -> tuple[Any, ...] | None:
+def form_of(request: pb.ModelInferRequest) -> tuple[Any, ...] | None:
     """Everything Triton's checks read in a request but its id and its data (each input's
     name, datatype and shape, the number of raw buffers, the outputs' names), when that is
     all they read: no parameters on the request, its inputs or its outputs, and no typed
@@ -167,10 +167,9 @@ def _form_of(request: pb.ModelInferRequest) -> tuple[Any, ...] | None:
     return tuple(inputs), tuple(outputs), len(request.raw_input_contents)
 
 
-def _decoded(request: pb.ModelInferRequest, form: _Form) -> ValidRequest | None:
-    """A request of a form found valid before, its inputs decoded; None when a buffer's
-    size is not the form's (the full check then words the mismatch)."""
-    raw = request.raw_input_contents
+def _decoded(raw: Sequence[bytes | memoryview], request_id: str, form: _Form) -> ValidRequest | None:
+    """A request of a form found valid before, its inputs decoded from its raw buffers;
+    None when a buffer's size is not the form's (the full check then words the mismatch)."""
     inputs: dict[str, np.ndarray] = {}
     for decode in form.decodes:
         buffer = raw[decode.position]
@@ -178,7 +177,18 @@ def _decoded(request: pb.ModelInferRequest, form: _Form) -> ValidRequest | None:
             return None
         array = np.frombuffer(buffer, decode.dtype).reshape(decode.shape)
         inputs[decode.name] = array if decode.model_shape is None else array.reshape(decode.model_shape)
-    return ValidRequest(request.id, inputs, form.batch_size, form.key, list(form.outputs), 0, None)
+    return ValidRequest(request_id, inputs, form.batch_size, form.key, list(form.outputs), 0, None)
+
+
+def validate_known(raw: Sequence[memoryview], form_key: tuple[Any, ...], signature: Signature) -> ValidRequest | None:
+    """validate for a request known only by its form (`form_of` of a request like it: no
+    id, no parameters) and its raw buffers, read where they lie in the serialized request;
+    None unless that form was found valid and each buffer has the form's size (validate
+    of the parsed request then checks it in full)."""
+    form = signature.forms.get(form_key)
+    if form is None or len(raw) != form_key[2]:
+        return None
+    return _decoded(raw, "", form)
 
 
 def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidRequest:
@@ -190,13 +200,13 @@ def validate(request: pb.ModelInferRequest, signature: Signature) -> ValidReques
     in the order core's map of them does (`protos.input_order`).
 
     The checks read nothing of a request without parameters or typed contents but its
-    form (`_form_of`) and its buffers' sizes, so once a form is found valid, the next
+    form (`form_of`) and its buffers' sizes, so once a form is found valid, the next
     request of that form only has its buffers' sizes checked and its inputs decoded."""
-    form_key = _form_of(request)
+    form_key = form_of(request)
     if form_key is not None:
         form = signature.forms.get(form_key)
         if form is not None:
-            valid = _decoded(request, form)
+            valid = _decoded(request.raw_input_contents, request.id, form)
             if valid is not None:
                 return valid
     valid, decodes = _validate(request, signature)

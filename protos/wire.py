@@ -1,7 +1,8 @@
 """Protobuf's wire format written and read by hand, for the few places that touch bytes
 received from a peer instead of parsing and re-encoding the whole message: a parser
 merges an appended field into the message (a later scalar wins, a map gains the entry),
-and `fields` walks a message's top-level fields without decoding their contents."""
+and `fields` walks a message's top-level fields without decoding their contents;
+`split_raw` finds the raw tensor contents at the end of an infer request or response."""
 
 from __future__ import annotations
 
@@ -84,3 +85,35 @@ def fields(data: bytes | memoryview) -> Iterator[Field]:
             raise ValueError("truncated field")
         yield Field(number, wire_type, start, value_start, end)
         position = end
+
+
+def split_raw(data: bytes | memoryview, head_tags: frozenset[int], raw_tag: int) -> tuple[int, list[memoryview]] | None:
+    """Where a serialized infer message's raw contents (the repeated bytes field of tag
+    `raw_tag`) begin, and each of them as a view; None unless every field before them has
+    one of `head_tags` and they come last, after every other field (as protobuf and the
+    sidecars write them), or for bytes cut short (the full parse then says how).
+    `fields` walks any message; this reads only length-delimited fields of one-byte tags,
+    without a tuple per field, as it runs on every request or answer."""
+    view = memoryview(data)
+    end = len(data)
+    at = 0
+    head_end = -1
+    raws = []
+    try:
+        while at < end:
+            start = at
+            tag = data[at]
+            size = data[at + 1]
+            at += 2
+            if size > 0x7F:  # a length of more than one byte
+                size, at = read_varint(data, at - 1)
+            if tag == raw_tag:
+                if head_end < 0:
+                    head_end = start
+                raws.append(view[at : at + size])
+            elif tag not in head_tags or head_end >= 0:
+                return None
+            at += size
+    except (IndexError, ValueError):
+        return None
+    return (head_end, raws) if head_end >= 0 and at == end else None

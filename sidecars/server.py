@@ -4,12 +4,13 @@ grpc.health.v1, every RPC behind one error wrapper that maps TurnoutError to a s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -19,10 +20,12 @@ from protos import grpc_service_pb2_grpc as pb_grpc
 from protos.cnum import parse_version
 from protos.identity import SIDECAR_EXTENSIONS, server_metadata
 from protos.logs import REQUEST_ID, REQUEST_ID_PARAMETER, LogSettings, fill_log_response, log_updates
+from protos.memo import Memo
 from protos.rpc import METHODS, abort_call, parse_infer_request
 from protos.status import Cause, TurnoutError, decoupled_refused, invalid_arg, not_found, unavailable, unsupported
 from protos.trace import TRACE_PARAMETER, timestamps_text
-from protos.validation import Answer, ValidRequest, validate
+from protos.validation import Answer, ValidRequest, form_of, validate, validate_known
+from protos.wire import split_raw
 from sidecars.batcher import BackendFailure, Result
 from sidecars.config import parse_override, poll_failure
 from sidecars.models import LoadedVersion, ModelManager
@@ -91,6 +94,9 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
     def __init__(self, manager: ModelManager, logs: LogSettings | None = None) -> None:
         self.manager = manager
         self.logs = logs or LogSettings()
+        # The heads of lane requests found valid before (infer_encoded), with what parsing
+        # one found; None for a head whose requests are parsed in full.
+        self._known: Memo[bytes, _Known | None] = Memo(_KNOWN_HEADS)
         unwrapped = [m.name for m in METHODS if not getattr(getattr(self, m.name), "error_wrapped", False)]
         if unwrapped:
             raise TypeError(f"RPCs without the error wrapper: {unwrapped}")
@@ -181,6 +187,39 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
             raise decoupled_refused()
         try:
             valid = call.valid = validate(request, loaded.signature)
+        except TurnoutError as exc:
+            _failed(loaded, call, exc, "REJECTED")
+            raise
+        return self._run(loaded, call, valid, encoded)
+
+    def _infer_known(
+        self, known: _Known, raw: list[memoryview], lane_id: str
+    ) -> pb.ModelInferResponse | bytes | Awaitable[pb.ModelInferResponse | bytes] | None:
+        """_infer_now for a lane request whose head was seen before, given its raw buffers
+        where they lie: no parse, no checks but the buffers' sizes. None where that is not
+        enough (the model is gone or decoupled, the form was refused, a size differs):
+        _infer_now of the parsed request then answers, or refuses in its words."""
+        call = _Call(time.monotonic_ns())
+        try:
+            loaded: LoadedVersion = self.manager.resolve(known.model_name, known.model_version)
+        except TurnoutError:
+            return None
+        if loaded.config.model_transaction_policy.decoupled:
+            return None
+        valid = call.valid = validate_known(raw, known.form, loaded.signature)
+        if valid is None:
+            return None
+        REQUEST_ID.set(lane_id)
+        call.request_id = lane_id
+        call.verbose = log.isEnabledFor(logging.DEBUG)
+        if call.verbose:
+            log.debug("infer model '%s' version '%s'", known.model_name, known.model_version)
+        return self._run(loaded, call, valid, True)
+
+    def _run(
+        self, loaded: LoadedVersion, call: _Call, valid: ValidRequest, encoded: bool
+    ) -> pb.ModelInferResponse | bytes | Awaitable[pb.ModelInferResponse | bytes]:
+        try:
             result = loaded.batcher.run_now(valid)
         except TurnoutError as exc:
             _failed(loaded, call, exc, "REJECTED")
@@ -287,13 +326,41 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         id in, a serialized response out; at once where the model ran at once."""
         # Run in a context of its own: the lane's read callback must not keep this
         # request's id for whatever it logs next.
-        answer = contextvars.copy_context().run(self._infer_now, parse_infer_request(encoded), request_id, True)
+        context = contextvars.copy_context()
+        answer = None
+        head = b""  # one to learn, after its request was found valid
+        split = split_raw(encoded, _HEAD_TAGS, _RAW_INPUT_TAG)
+        if split is not None and split[0] <= _KNOWN_HEAD_BYTES:
+            head = bytes(encoded[: split[0]])
+            if head in self._known:
+                known = self._known[head]
+                if known is not None:
+                    answer = context.run(self._infer_known, known, split[1], request_id)
+                head = b""
+        if answer is None:
+            request = parse_infer_request(encoded)
+            answer = context.run(self._infer_now, request, request_id, True)
+            if head:
+                self._learn(head, request)
         if isinstance(answer, bytes):
             return answer
         if isinstance(answer, pb.ModelInferResponse):
             serialized: bytes = answer.SerializeToString()
             return serialized
         return _serialized(answer)
+
+    def _learn(self, head: bytes, request: pb.ModelInferRequest) -> None:
+        """Once the request of `head` was found valid: remember what it names and its form
+        for the next request with the same head (a client sends one form again and again),
+        or, where its form is not remembered (its elements, not its sizes, decide: BYTES),
+        that a request of that head is parsed in full."""
+        form = form_of(request)
+        known = None
+        if form is not None:
+            with contextlib.suppress(TurnoutError):  # unloaded meanwhile: parsed in full for now
+                if form in self.manager.resolve(request.model_name, request.model_version).signature.forms:
+                    known = _Known(request.model_name, request.model_version, form)
+        self._known.remember(head, known)
 
     @_stream_rpc
     async def ModelStreamInfer(
@@ -451,6 +518,23 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         response = pb.LogSettingsResponse()
         fill_log_response(current, response)
         return response
+
+
+# A lane request's head: its fields before its raw contents, as wire tags. Only model_name
+# (1), model_version (2), inputs (5) and outputs (6): one with an id (3) or parameters
+# (4) is parsed in full. raw_input_contents (7) follow, each input's bytes.
+_HEAD_TAGS = frozenset((0x0A, 0x12, 0x2A, 0x32))
+_RAW_INPUT_TAG = 0x3A
+_KNOWN_HEADS = 64
+_KNOWN_HEAD_BYTES = 4096  # a longer head is parsed every time, never remembered
+
+
+class _Known(NamedTuple):
+    """What parsing a request of one head found: the model it names and its form."""
+
+    model_name: str
+    model_version: str
+    form: tuple[Any, ...]
 
 
 class _Call:

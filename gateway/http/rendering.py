@@ -11,7 +11,7 @@ from protos import codec, datatypes
 from protos.grpc_service_pb2 import InferParameter, ModelInferResponse
 from protos.memo import Memo
 from protos.status import internal, invalid_arg
-from protos.wire import read_varint
+from protos.wire import split_raw
 
 
 def _parameter_value(param: InferParameter) -> Any:
@@ -33,7 +33,7 @@ def render_encoded(encoded: bytes, rendering: OutputRendering) -> tuple[bytes, i
     datatypes and shapes), the raw contents' sizes and the rendering. Such a header is
     remembered (up to 4 KiB of response before the raw contents, 64 of them) and the next
     answer with the same is its header and its raw contents, as they came, unparsed."""
-    split = None if rendering.shared_memory else _split_raw(encoded)
+    split = None if rendering.shared_memory else split_raw(encoded, _HEAD_TAGS, _RAW_TAG)
     key = None
     if split is not None:
         head_end, raws = split
@@ -58,36 +58,6 @@ _remembered: Memo[tuple[Any, ...], tuple[bytes, int | None]] = Memo(_REMEMBERED_
 # model_version (2), id (3), parameters (4), outputs (5), raw_output_contents (6).
 _HEAD_TAGS = frozenset((0x0A, 0x12, 0x1A, 0x22, 0x2A))
 _RAW_TAG = 0x32
-
-
-def _split_raw(encoded: bytes) -> tuple[int, list[memoryview]] | None:
-    """Where a serialized response's raw contents begin, and each of them; None unless
-    they come last, after every other field (as protobuf and the sidecars write them).
-    `protos.wire.fields` walks any message; this reads only the length-delimited fields an
-    answer has, without a tuple per field, as it runs on every HTTP answer."""
-    view = memoryview(encoded)
-    end = len(encoded)
-    at = 0
-    head_end = -1
-    raws = []
-    try:
-        while at < end:
-            start = at
-            tag = encoded[at]
-            size = encoded[at + 1]
-            at += 2
-            if size > 0x7F:  # a length of more than one byte
-                size, at = read_varint(encoded, at - 1)
-            if tag == _RAW_TAG:
-                if head_end < 0:
-                    head_end = start
-                raws.append(view[at : at + size])
-            elif tag not in _HEAD_TAGS or head_end >= 0:
-                return None
-            at += size
-    except (IndexError, ValueError):  # cut short: the full parse says how
-        return None
-    return (head_end, raws) if head_end >= 0 and at == end else None
 
 
 def _render(response: ModelInferResponse, rendering: OutputRendering) -> tuple[bytes, int | None, bool]:
