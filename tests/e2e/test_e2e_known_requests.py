@@ -12,14 +12,16 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
 
 from tests.harness import Server, turnout_up, write_repository
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    repo = write_repository(tmp_path_factory.mktemp("repo_known"), ("simple",))
-    with turnout_up(repo, "--model-control-mode=explicit", "--load-model=simple") as running:
+    repo = write_repository(tmp_path_factory.mktemp("repo_known"), ("simple", "simple_string"))
+    flags = ("--model-control-mode=explicit", "--load-model=simple", "--load-model=simple_string")
+    with turnout_up(repo, *flags) as running:
         yield running
 
 
@@ -106,3 +108,26 @@ def test_a_model_unloaded_after_its_requests_were_served_is_refused_as_before(
     finally:
         client.load_model("simple")
     assert _answer(stub, _request(_good(2)))[0][0][0] == 2  # type: ignore[index]
+
+
+def test_string_requests_of_one_head_are_each_read_in_full(server: Server) -> None:
+    # A BYTES input's elements, not its size, decide what is valid: every request of that
+    # head is parsed and checked, whatever its neighbours held.
+    client = grpcclient.InferenceServerClient(server.grpc)
+    for width in (1, 3, 1, 8):  # int32 inside the model
+        first = np.array([[str(10**width + i).encode() for i in range(16)]], dtype=np.object_)
+        second = np.array([[b"1"] * 16], dtype=np.object_)
+        inputs = []
+        for name, array in (("INPUT0", first), ("INPUT1", second)):
+            tensor = grpcclient.InferInput(name, [1, 16], "BYTES")
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        sums = client.infer("simple_string", inputs).as_numpy("OUTPUT0")
+        assert [int(x) for x in sums[0]] == [10**width + i + 1 for i in range(16)]
+    bad = grpcclient.InferInput("INPUT0", [1, 16], "BYTES")
+    bad.set_data_from_numpy(np.array([[b"x"] * 16], dtype=np.object_))
+    good = grpcclient.InferInput("INPUT1", [1, 16], "BYTES")
+    good.set_data_from_numpy(np.array([[b"1"] * 16], dtype=np.object_))
+    with pytest.raises(InferenceServerException):
+        client.infer("simple_string", [bad, good])
+    assert client.is_server_live()
