@@ -82,15 +82,14 @@ def from_raw(buffer: bytes | memoryview, datatype: DataType, shape: Sequence[int
     expected = count * datatype.size
     if len(buffer) != expected:
         raise CodecError(f"expected {expected} bytes, got {len(buffer)}")
-    return np.frombuffer(buffer, dtype=datatype.numpy.newbyteorder("<")).reshape(shape)
+    return np.frombuffer(buffer, dtype=datatype.wire).reshape(shape)
 
 
 def to_raw(array: np.ndarray, datatype: DataType) -> bytes:
     """The protocol bytes of an array."""
     if datatype.name == "BYTES":
         return serialize_bytes(array.reshape(-1))
-    assert datatype.numpy is not None
-    return np.ascontiguousarray(array, dtype=datatype.numpy.newbyteorder("<")).tobytes()
+    return np.ascontiguousarray(array, dtype=datatype.wire).tobytes()
 
 
 def shape_text(dims: Iterable[int]) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,13 @@ class DataType:
     size: int
     contents_field: str | None  # InferTensorContents field for typed gRPC contents
     json: bool  # may travel as JSON `data`
+    # `numpy` as raw contents hold it (little-endian), made once: newbyteorder builds a
+    # new dtype at every call.
+    wire: np.dtype | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        wire = None if self.numpy is None or self.size == 0 else self.numpy.newbyteorder("<")
+        object.__setattr__(self, "wire", wire)
 
 
 _TABLE = [

@@ -67,7 +67,9 @@ class Signature:
         self.forms: Memo[tuple[Any, ...], _Form] = Memo(FORMS_PER_SIGNATURE)
         # Each output's response metadata, serialized, by (name, datatype, shape)
         # (sidecars.responses.encode_response).
-        self.encoded_outputs: Memo[tuple[str, str, tuple[int, ...]], bytes] = Memo(ENCODED_OUTPUTS_PER_SIGNATURE)
+        self.encoded_outputs: Memo[tuple[str, str, tuple[int, ...]], tuple[bytes, bytes | None]] = Memo(
+            ENCODED_OUTPUTS_PER_SIGNATURE
+        )
 
     def full_dims(self, spec: TensorSpec) -> list[int]:
         return [-1, *spec.dims] if self.max_batch_size > 0 else list(spec.dims)
@@ -305,9 +307,8 @@ def _validate(request: pb.ModelInferRequest, signature: Signature) -> tuple[Vali
         if spec.datatype.name == "BYTES":
             decodes = None  # its elements, not its size, decide
         elif decodes is not None:
-            assert spec.datatype.numpy is not None  # as codec.from_raw has just asserted
-            dtype = spec.datatype.numpy.newbyteorder("<")
-            decodes.append(_Decode(position, tensor.name, dtype, tuple(full_shape), size, model_shape))
+            assert spec.datatype.wire is not None  # as codec.from_raw has just asserted
+            decodes.append(_Decode(position, tensor.name, spec.datatype.wire, tuple(full_shape), size, model_shape))
         inputs[tensor.name] = array
         key.append((tensor.name, array.shape[1:] if batched else array.shape))
 

@@ -46,8 +46,9 @@ def encode_response(
     model: str, version: str, signature: Signature, request: ValidRequest, outputs: Mapping[str, np.ndarray]
 ) -> bytes | None:
     """build_response(...).SerializeToString(), byte for byte, written without building the
-    message: each output's metadata is serialized once per (name, datatype, shape) and kept
-    on the signature. None where an output asks for classification (build_response then)."""
+    message: each output's metadata (and, for a fixed-size type, its raw field's tag and
+    length) is serialized once per (name, datatype, shape) and kept on the signature. None
+    where an output asks for classification (build_response then)."""
     parts = [_head(model, version)]
     if request.id:
         parts.append(wire.length_delimited(_ID, request.id.encode()))
@@ -61,14 +62,19 @@ def encode_response(
         datatype = signature.outputs[wanted.name].datatype
         key = (wanted.name, datatype.name, array.shape)
         entry = signature.encoded_outputs.get(key)
+        data = codec.to_raw(array, datatype)
         if entry is None:
             tensor = pb.ModelInferResponse.InferOutputTensor(
                 name=wanted.name, datatype=datatype.name, shape=array.shape
             )
-            entry = signature.encoded_outputs.remember(key, wire.length_delimited(_OUTPUT, tensor.SerializeToString()))
-        parts.append(entry)
-        data = codec.to_raw(array, datatype)
-        raws += (_RAW_TAG, wire.varint(len(data)), data)  # joined once, with the rest
+            # A fixed-size type's bytes have one length per shape: their field's tag and
+            # length are written once too (None for BYTES, whose length varies).
+            lead = _RAW_TAG + wire.varint(len(data)) if datatype.size else None
+            entry = (wire.length_delimited(_OUTPUT, tensor.SerializeToString()), lead)
+            signature.encoded_outputs.remember(key, entry)
+        metadata, lead = entry
+        parts.append(metadata)
+        raws += (lead or _RAW_TAG + wire.varint(len(data)), data)  # joined once, with the rest
     return b"".join(parts + raws)
 
 

@@ -52,6 +52,15 @@ def test_the_bytes_are_the_messages(rows: int, big: int, request_id: str) -> Non
         assert encode_response("m", "3", signature, request, outputs) == expected
 
 
+def test_strings_of_one_shape_but_another_length_are_written_with_their_own_length() -> None:
+    signature = _signature()
+    request = _request(["OUT_TEXT", "OUT_INT"])
+    for text in (b"a", b"a much longer string" * 10, b""):
+        outputs = {**_outputs(1, 0), "OUT_TEXT": np.array([[text] * 3], dtype=np.object_)}
+        expected = build_response("m", "3", signature, request, outputs, {}).SerializeToString()
+        assert encode_response("m", "3", signature, request, outputs) == expected
+
+
 def test_an_output_the_model_left_out_is_left_out_and_no_version_is_written_as_none() -> None:
     signature = _signature()
     request = _request(["OUT_INT", "OUT_BIG"])
