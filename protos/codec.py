@@ -78,7 +78,7 @@ def from_raw(buffer: bytes | memoryview, datatype: DataType, shape: Sequence[int
         array = np.empty(count, dtype=np.object_)
         array[:] = deserialize_bytes(buffer, count)
         return array.reshape(shape)
-    assert datatype.numpy is not None
+    assert datatype.wire is not None
     expected = count * datatype.size
     if len(buffer) != expected:
         raise CodecError(f"expected {expected} bytes, got {len(buffer)}")
@@ -89,6 +89,7 @@ def to_raw(array: np.ndarray, datatype: DataType) -> bytes:
     """The protocol bytes of an array."""
     if datatype.name == "BYTES":
         return serialize_bytes(array.reshape(-1))
+    assert datatype.wire is not None
     return np.ascontiguousarray(array, dtype=datatype.wire).tobytes()
 
 

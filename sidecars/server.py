@@ -332,8 +332,8 @@ class InferenceService(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[mi
         split = split_raw(encoded, _HEAD_TAGS, _RAW_INPUT_TAG)
         if split is not None and split[0] <= _KNOWN_HEAD_BYTES:
             head = bytes(encoded[: split[0]])
-            if head in self._known:
-                known = self._known[head]
+            known = self._known.get(head, _UNSEEN)
+            if known is not _UNSEEN:
                 if known is not None:
                     answer = context.run(self._infer_known, known, split[1], request_id)
                 head = b""
@@ -527,6 +527,7 @@ _HEAD_TAGS = frozenset((0x0A, 0x12, 0x2A, 0x32))
 _RAW_INPUT_TAG = 0x3A
 _KNOWN_HEADS = 64
 _KNOWN_HEAD_BYTES = 4096  # a longer head is parsed every time, never remembered
+_UNSEEN: Any = object()  # a head not in the memo (None there: one parsed in full)
 
 
 class _Known(NamedTuple):
