@@ -14,6 +14,12 @@ its own), and a body that carries both Content-Length and `Transfer-Encoding: ch
 is read by its chunks, as Triton reads it, and its connection closes after the answer.
 The app finds each request's Exchange in its scope (EXCHANGE), through which it can ask
 to hear at once of a client that leaves.
+
+A client sends the same request head again and again (an infer of one model and shape
+repeats its request line and headers byte for byte), so a head the parser has read once,
+framed by its Content-Length alone, is remembered by its bytes (KnownHead): a request
+that arrives whole, at the start of a read, with a head seen before, is cut from the read
+by that length, without the parser.
 """
 
 from __future__ import annotations
@@ -78,6 +84,24 @@ def _status_line(status: int) -> bytes:
 _STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
 
 
+def _plain(method: str, head: Head, head_bytes: bytes) -> bool:
+    """Whether a request head the parser has read (`head_bytes`, up to the blank line
+    that ends it) can be remembered by its bytes: its body framed by Content-Length
+    alone, nothing asked but an answer (no 100 Continue, no upgrade), and every line
+    ended by CRLF, so that the first blank line in a read is where the parser found the
+    head's end."""
+    names = head.by_name
+    return (
+        len(head_bytes) <= KNOWN_HEAD_BYTES
+        and method != "CONNECT"
+        and not head.expect_continue
+        and "transfer-encoding" not in names
+        and "upgrade" not in names
+        and names.get("content-length", "0").isdigit()
+        and head_bytes.count(b"\n") == head_bytes.count(b"\r\n")
+    )
+
+
 def _address(info: Any) -> tuple[str, int] | None:
     if isinstance(info, (list, tuple)) and len(info) >= 2:
         return str(info[0]), int(info[1])
@@ -104,6 +128,19 @@ class Head(NamedTuple):
 
 # Clients send the same headers again and again (a body of another size changes them).
 _heads: Memo[tuple[tuple[bytes, bytes], ...], Head] = Memo(64)
+
+
+class KnownHead(NamedTuple):
+    """What the parser read of a request head: all a request with the same bytes needs."""
+
+    scope: dict[str, Any]  # copied for each request; the connection's own keys added
+    head: Head
+    length: int  # the body's, from Content-Length
+
+
+# Heads up to this long are remembered by their bytes, at most 64 of them.
+KNOWN_HEAD_BYTES = 2048
+_known_heads: Memo[bytes, KnownHead] = Memo(64)
 
 
 class Exchange:
@@ -321,6 +358,8 @@ class HttpProtocol(asyncio.Protocol):
         # The request being parsed.
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []  # as sent, of the request being read
+        self.between = True  # the parser has no part of a request: the next read starts one
+        self.head_bytes: bytes | None = None  # the parsed request's head, when a read began with all of it
 
     # -- the transport's side --
 
@@ -374,6 +413,23 @@ class HttpProtocol(asyncio.Protocol):
         if self.refused:
             return  # what the client still sends after its 431, dropped
         self.idle_since = None
+        while self.between and data:
+            end = data.find(b"\r\n\r\n", 0, KNOWN_HEAD_BYTES)
+            if end < 0:
+                break
+            head_bytes = data[:end]
+            known = _known_heads.get(head_bytes)
+            body_end = end + 4 + (known.length if known is not None else 0)
+            if known is None or len(data) < body_end:
+                self.head_bytes = head_bytes  # learned if the parser finds it plain
+                break
+            self._begin(dict(known.scope), known.head, True)
+            if body_end > end + 4:
+                self.on_body(data[end + 4 : body_end])
+            self.on_message_complete()
+            data = data[body_end:]
+            if self.transport.is_closing():
+                return
         while data:
             room = self.head_room
             if room is None:
@@ -392,7 +448,9 @@ class HttpProtocol(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            pass  # no protocol to upgrade to: the request is answered as any other
+            # No protocol to upgrade to: the request is answered as any other, and the
+            # parser, paused there, reads nothing more of this connection.
+            self.between = False
         except httptools.HttpParserError:
             logger.warning("Invalid HTTP request received.")
             self.transport.write(_BAD_REQUEST)
@@ -414,6 +472,7 @@ class HttpProtocol(asyncio.Protocol):
     # -- the parser's callbacks --
 
     def on_message_begin(self) -> None:
+        self.between = False
         self.url = b""
         self.headers = []
 
@@ -441,9 +500,6 @@ class HttpProtocol(asyncio.Protocol):
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": version,
-            "server": self.server,
-            "client": self.client,
-            "scheme": self.scheme,
             "method": parser.get_method().decode("ascii"),
             "root_path": "",
             "path": path,
@@ -454,9 +510,20 @@ class HttpProtocol(asyncio.Protocol):
         head = _heads.get(sent)
         if head is None:
             head = _heads.remember(sent, Head.of(sent))
+        keep_alive = version != "1.0" and parser.should_keep_alive() and not head.framing_doubt
+        head_bytes, self.head_bytes = self.head_bytes, None
+        if head_bytes is not None and keep_alive and _plain(scope["method"], head, head_bytes):
+            known = KnownHead(dict(scope), head, int(head.by_name.get("content-length", "0")))
+            _known_heads.remember(head_bytes, known)
+        self._begin(scope, head, keep_alive)
+
+    def _begin(self, scope: dict[str, Any], head: Head, keep_alive: bool) -> None:
+        """A request's head has been read: run it, or queue it behind the one running."""
+        scope["server"] = self.server
+        scope["client"] = self.client
+        scope["scheme"] = self.scheme
         scope["headers"] = list(head.headers)  # the app's to change
         scope[HEAD] = head
-        keep_alive = version != "1.0" and parser.should_keep_alive() and not head.framing_doubt
         self.reading = scope[EXCHANGE] = Exchange(self, scope, head.expect_continue, keep_alive)
         if self.running is None or self.running.complete:
             self._start(self.reading)
@@ -476,6 +543,7 @@ class HttpProtocol(asyncio.Protocol):
         exchange.wake()
 
     def on_message_complete(self) -> None:
+        self.between = True
         self.head_room = MAX_HEAD_BYTES
         exchange = self.reading
         assert exchange is not None

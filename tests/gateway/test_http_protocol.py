@@ -1,7 +1,8 @@
 """The gateway's HTTP/1.1 connections (gateway.http.protocol) under uvicorn's server, talked
 to over raw sockets: keep-alive and its timeout, pipelining, `Expect: 100-continue`,
 chunked answers, bodies past the read buffer, a client that leaves, an app that fails,
-a request the parser refuses, and the graceful stop."""
+a request the parser refuses, the graceful stop, and requests whose head was seen before
+(read without the parser)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 import pytest
 import uvicorn
 
-from gateway.http.protocol import BODY_HIGH_WATER, HttpProtocol
+from gateway.http import protocol
+from gateway.http.protocol import BODY_HIGH_WATER, EXCHANGE, HEAD, HttpProtocol
 
 App = Callable[[dict[str, Any], Any, Any], Any]
 
@@ -23,6 +25,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.started: list[str] = []
+        self.scopes: list[dict[str, Any]] = []
         self.messages: list[dict[str, Any]] = []
         self.release = asyncio.Event()
 
@@ -41,6 +44,7 @@ class Recorder:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope["path"]
         self.started.append(path)
+        self.scopes.append(scope)
         if path == "/fail":
             raise ValueError("the app failed")
         if path == "/held":
@@ -254,3 +258,85 @@ async def test_stopping_lets_the_answer_in_flight_finish_and_closes_its_connecti
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
     idle_writer.close()
+
+
+def _seen(scope: dict[str, Any]) -> dict[str, Any]:
+    """What an app reads of a scope, less the request's own objects."""
+    return {key: value for key, value in scope.items() if key not in (EXCHANGE, HEAD)}
+
+
+async def test_a_head_seen_before_is_read_without_the_parser_and_gives_the_app_the_same_scope(
+    running: Running,
+) -> None:
+    request = post("/known?x=1", b"abcd", b"X-Seen: once")
+    protocol._known_heads.clear()
+    reader, writer = await running.connect()
+    for _ in range(3):
+        writer.write(request)
+        assert (await read_answer(reader))[2] == b"POST /known 4"
+    assert request[: request.index(b"\r\n\r\n")] in protocol._known_heads
+    first, *others = [_seen(scope) for scope in running.app.scopes]
+    assert first["headers"] == [(b"host", b"t"), (b"content-length", b"4"), (b"x-seen", b"once")]
+    assert (first["path"], first["query_string"], first["method"]) == ("/known", b"x=1", "POST")
+    assert others == [first, first]
+    scopes = running.app.scopes
+    assert scopes[1] is not scopes[2] and scopes[1]["headers"] is not scopes[2]["headers"]  # each the app's own
+    writer.close()
+
+
+async def test_a_known_head_on_another_connection_gives_that_connection_s_client(running: Running) -> None:
+    request = post("/known", b"ab")
+    clients = []
+    for _ in range(2):
+        reader, writer = await running.connect()
+        writer.write(request)
+        assert (await read_answer(reader))[2] == b"POST /known 2"
+        clients.append(writer.get_extra_info("sockname"))
+        writer.close()
+    assert request[: request.index(b"\r\n\r\n")] in protocol._known_heads
+    assert [scope["client"] for scope in running.app.scopes] == [tuple(client) for client in clients]
+
+
+async def test_known_heads_pipelined_or_cut_short_are_answered_as_any_other(running: Running) -> None:
+    request = post("/known", b"abc")
+    reader, writer = await running.connect()
+    writer.write(request)
+    assert (await read_answer(reader))[2] == b"POST /known 3"
+    # Three in one read: each runs after the answer before it, in order.
+    writer.write(post("/held", b"1") + request + request)
+    await asyncio.sleep(0.2)
+    assert running.app.started == ["/known", "/held"]
+    running.app.release.set()
+    assert [(await read_answer(reader))[2] for _ in range(3)] == [b"POST /held 1", b"POST /known 3", b"POST /known 3"]
+    # A known head whose body comes in a later read, and one cut in the middle of its head.
+    for cut in (len(request) - 2, 10):
+        writer.write(request[:cut])
+        await asyncio.sleep(0.05)
+        writer.write(request[cut:])
+        assert (await read_answer(reader))[2] == b"POST /known 3"
+    # A known request followed in its read by the start of another.
+    writer.write(request + request[:20])
+    assert (await read_answer(reader))[2] == b"POST /known 3"
+    writer.write(request[20:])
+    assert (await read_answer(reader))[2] == b"POST /known 3"
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param(b"Expect: 100-continue", id="Expect"),
+        pytest.param(b"Connection: close", id="Connection-close"),
+        pytest.param(b"Upgrade: something", id="Upgrade"),
+    ],
+)
+async def test_a_head_that_asks_more_than_an_answer_is_never_remembered(running: Running, extra: bytes) -> None:
+    request = post("/asks", b"abc", extra)
+    for _ in range(2):
+        reader, writer = await running.connect()
+        writer.write(request)
+        if extra.startswith(b"Expect"):
+            assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        assert (await read_answer(reader))[2] == b"POST /asks 3"
+        writer.close()
+    assert request[: request.index(b"\r\n\r\n")] not in protocol._known_heads
