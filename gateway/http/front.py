@@ -11,7 +11,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
@@ -62,6 +62,7 @@ from protos.grpc_service_pb2 import (
     SystemSharedMemoryUnregisterRequest,
     TraceSettingRequest,
 )
+from protos.memo import Memo
 from protos.status import Cause, TurnoutError, invalid_arg, unsupported
 
 TooLarge = Callable[[int], TurnoutError]
@@ -95,6 +96,23 @@ _TYPED = "turnout.typed"
 # Model routes whose handlers do not type their answers as they start.
 _UNTYPED_MODEL_KINDS = frozenset(("infer", "ready"))
 _TEXT = {"Content-Type": "text/plain"}
+
+
+class _InferPlan(NamedTuple):
+    """What an infer request's path and headers decided, once they passed every check
+    made before its body is read: a request with the same path and the same headers
+    (one Head, so one Content-Length) needs only its body read."""
+
+    head: Head
+    name: str
+    version: str
+    json_length: int | None  # from Inference-Header-Content-Length and the body's length
+    answer_encoding: str | None
+    context: RequestContext  # for a request not traced
+
+
+# Infer paths and heads remembered, at most this many (a client sends one of each).
+_PLANS = 64
 
 
 class _MethodNotAllowed(Exception):
@@ -319,6 +337,7 @@ class HttpFront:
         self._settings = settings
         self._restrictions = parse_restrictions(settings.http_restricted_api)
         self._forward = HeaderForward(settings.http_header_forward_pattern)
+        self._plans: Memo[tuple[bytes, int], _InferPlan] = Memo(_PLANS)
 
     async def _document(self, request: Request, required: bool = False) -> Any:
         """The request's JSON body, or None when the body is empty and not `required` (the
@@ -382,6 +401,12 @@ class HttpFront:
             return _error(f"internal error: {exc}", 500, typed=scope[_TYPED])
 
     async def _route(self, request: Request, path: str) -> Response:
+        scope = request.scope
+        head = scope.get(HEAD)
+        plan = self._plans.get((scope["raw_path"], id(head))) if head is not None else None
+        if plan is not None and plan.head is head and request.method == "POST":
+            scope[_TYPED] = False
+            return await self._infer(request, plan.name, plan.version, plan)
         if path == "/v2/models/stats":
             self._allow(request, "statistics")
             _need(request, "GET")
@@ -449,13 +474,16 @@ class HttpFront:
         response = await self._gateway.model_statistics(ModelStatisticsRequest(name=name, version=version))
         return _json(messages.statistics(response))
 
-    async def _infer(self, request: Request, name: str, version: str) -> Response:
+    async def _infer(self, request: Request, name: str, version: str, plan: _InferPlan | None = None) -> Response:
         trace = self._gateway.tracer.sample(name, request.headers)
         if trace is not None:
             trace.stamp(HTTP_RECV_START)
             request.scope[_TRACE] = trace  # `handle` stamps the send, whatever the answer
         try:
-            infer_request, rendering = await self._infer_request(request, name, version)
+            if plan is not None:
+                infer_request, rendering = await self._planned_request(request, plan)
+            else:
+                infer_request, rendering = await self._infer_request(request, name, version)
         except TurnoutError:
             # Triton looks the model up before it reads the body: its refusal comes first.
             # Asked only here, so a well-formed request pays no extra round trip for it.
@@ -472,7 +500,7 @@ class HttpFront:
         if self._forward:  # as Triton: once the request is parsed, before it runs
             set_parameters(infer_request, self._forward.matching(request.header_pairs()))
         # Routing reads its sticky key in the headers (by lower-case name).
-        context = RequestContext(request.headers, trace=trace)
+        context = plan.context if plan is not None and trace is None else RequestContext(request.headers, trace=trace)
         try:
             encoded = await _while_connected(request, self._gateway.infer(infer_request, None, context))
         except TurnoutError as exc:
@@ -491,12 +519,43 @@ class HttpFront:
             headers.append((b"inference-header-content-length", str(binary_header).encode()))
         else:
             media_type = _JSON_BYTES
-        encoding = response_encoding(request.headers.get("accept-encoding"))
+        if plan is not None:
+            encoding = plan.answer_encoding
+        else:
+            encoding = response_encoding(request.headers.get("accept-encoding"))
+            if trace is None:
+                self._learn(request, name, version, encoding, context)
         if encoding is not None:
             content = compress(content, encoding)
             headers.append((b"content-encoding", encoding.encode()))
         headers.append((b"content-type", media_type))
         return _Answer(content, headers)
+
+    def _learn(self, request: Request, name: str, version: str, encoding: str | None, context: RequestContext) -> None:
+        """Remember what an infer request answered without an error decided before its
+        body was read, when a request with its path and headers will decide the same: its
+        body not compressed, its length given in its head, no header forwarded."""
+        head: Head | None = request.scope.get(HEAD)
+        declared = _declared_length(request)
+        if head is None or declared is None or self._forward or "content-encoding" in request.headers:
+            return
+        json_length = header_length(request.headers.get(INFER_HEADER), declared)
+        plan = _InferPlan(head, name, version, json_length, encoding, context)
+        self._plans.remember((request.scope["raw_path"], id(head)), plan)
+
+    async def _planned_request(self, request: Request, plan: _InferPlan) -> tuple[ModelInferRequest, OutputRendering]:
+        """_infer_request for a request whose path and headers were planned: only its
+        body is read and parsed."""
+        exchange: Exchange | None = request.scope.get(EXCHANGE)
+        body = exchange.whole_body() if exchange is not None else None
+        if body is None:
+            return await self._infer_request(request, plan.name, plan.version)
+        request.scope[_TYPED] = True
+        if plan.json_length == 0:
+            return raw_binary_request(body, plan.name, plan.version)
+        limit = self._settings.http_max_input_size
+        locate = self._gateway.locate_shared_memory
+        return parse_infer_request(body, plan.json_length, plan.name, plan.version, limit, locate)
 
     async def _infer_request(
         self, request: Request, name: str, version: str
