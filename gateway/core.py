@@ -256,22 +256,24 @@ class Gateway:
                 response = await self._infer_ensemble(request, version, context)
                 if served:  # an ensemble runs here, not through dispatch
                     response = relabelled(response, model, arm)
-            elif uses_shared_memory(request):
-                if carry:
-                    request.parameters[REQUEST_ID_PARAMETER].string_param = request_id
-                response = await self._infer_resolved(request, version, context, model, served)
             else:
+                # The bytes to forward, which also say at once whether a region is named.
                 payload = request.SerializeToString() if encoded is None else encoded
-                if version != request.model_version:
-                    payload = with_version(payload, version)
-                if served and encoded is not None:
-                    payload = with_model(payload, served)
-                if carry:
-                    payload += request_id_parameter(request_id)
-                response = await self._dispatcher.forward(model, version, payload, context, served)
-                if decision.shadow_policy is not None:
-                    # After the primary answered, so the copy can neither delay nor fail it.
-                    self._shadows.mirror(model, decision.shadow_policy, payload, response)
+                if uses_shared_memory(request, payload):
+                    if carry:
+                        request.parameters[REQUEST_ID_PARAMETER].string_param = request_id
+                    response = await self._infer_resolved(request, version, context, model, served)
+                else:
+                    if version != request.model_version:
+                        payload = with_version(payload, version)
+                    if served and encoded is not None:
+                        payload = with_model(payload, served)
+                    if carry:
+                        payload += request_id_parameter(request_id)
+                    response = await self._dispatcher.forward(model, version, payload, context, served)
+                    if decision.shadow_policy is not None:
+                        # After the primary answered, so the copy can neither delay nor fail it.
+                        self._shadows.mirror(model, decision.shadow_policy, payload, response)
         except TurnoutError as exc:
             self._metrics.observe_request(model, arm or "default", protocol, False, time.perf_counter() - started)
             logger.info("infer failed: %s", exc.message)

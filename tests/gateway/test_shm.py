@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.shm import DISABLED, SHM_ROOT, Mapping, SharedMemory
+from gateway.shm import DISABLED, SHM_REGION, SHM_ROOT, Mapping, SharedMemory, uses_shared_memory
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pbg
 from protos.status import Status, TurnoutError
@@ -158,3 +158,24 @@ async def test_infer_reads_and_writes_regions(sidecars, shm_file) -> None:
         assert written[16:].tolist() == (a - b).tolist()
         await stub.SystemSharedMemoryUnregister(pb.SystemSharedMemoryUnregisterRequest())
     out_path.unlink()
+
+
+def _infer_request(region_on: str | None, raw: bytes = b"") -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="m")
+    for name in ("IN0", "IN1"):
+        request.inputs.add(name=name, datatype="UINT8", shape=[len(raw)])
+    request.outputs.add(name="OUT0")
+    tensors = {"input": request.inputs[1], "output": request.outputs[0]}
+    if region_on is not None:
+        tensors[region_on].parameters[SHM_REGION].string_param = "region"
+    request.raw_input_contents.extend([raw, raw])
+    return request
+
+
+@pytest.mark.parametrize("region_on", [None, "input", "output"])
+@pytest.mark.parametrize("raw", [b"", SHM_REGION.encode(), bytes(1 << 17)], ids=["empty", "the key as data", "128 KiB"])
+def test_a_request_s_bytes_say_whether_it_names_a_region_as_its_tensors_do(region_on: str | None, raw: bytes) -> None:
+    request = _infer_request(region_on, raw)
+    named = region_on is not None
+    assert uses_shared_memory(request) is named
+    assert uses_shared_memory(request, request.SerializeToString()) is named
