@@ -3,6 +3,10 @@ an NVIDIA GPU (CUDA torch, onnxruntime-gpu; tensorrt optional). It serves one ML
 ONNX and TorchScript on CPU and on KIND_GPU through `turnout up`, compares GPU outputs
 with the CPU ones, builds and serves a TensorRT engine from the ONNX model when
 `tensorrt` imports, times every variant with the same batched load, and prints a table.
+Then it serves `simple` through `turnout up --gateway-workers N` for each N of --workers
+(1, 2, 4, 8), driven by --clients client processes over gRPC and HTTP binary, and prints
+what the gateway's processes and the sidecar spent a request: how far more workers carry
+on a host with cores to spare (`--workers-only` runs that part alone, on any machine).
 
 It builds its repository first, then stops with status 2 and one line where no GPU is
 visible, so a CPU machine can dry-run it that far. Budget: well under 10 minutes.
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import subprocess
 import sys
 import tempfile
@@ -21,8 +26,9 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from bench.__main__ import _cpu_seconds, _gateway_cpu, _grpc, _http, _inputs, children_running
 from protos.ready import GATEWAY_READY, parse_ready
-from scripts.make_models import write_mlp, write_torch_mlp
+from scripts.make_models import write_mlp, write_simple, write_torch_mlp
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -118,16 +124,80 @@ def gpu_visible() -> str | None:
     return None
 
 
-def serve(repo: Path) -> tuple[subprocess.Popen[str], str]:
+def serve(repo: Path, *flags: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """`turnout up` on `repo`, and the addresses its ready line gives."""
     command = [sys.executable, "-m", "turnout", "up", f"--model-repository={repo}", "--host=127.0.0.1"]
     command += ["--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-on-error=false", "--log-info=false"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen([*command, *flags], cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert process.stdout is not None
     for line in process.stdout:
         fields = parse_ready(line, GATEWAY_READY)
         if fields is not None:
-            return process, fields["grpc"]
+            return process, fields
     raise SystemExit(f"gpu-check: turnout up exited with {process.wait()} before it was ready")
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    process.wait(timeout=60)
+
+
+# Requests each client process keeps in flight while the gateway's workers are measured.
+CLIENT_CONCURRENCY = 16
+Scaling = tuple[int, str, float, float, float]  # workers, protocol, req/s, gateway and sidecar CPU us a request
+
+
+def drive(
+    url: str, protocol: str, seconds: float, warmup: float, answered: multiprocessing.Queue[tuple[float, float]]
+) -> None:
+    """One client process: `simple` at CLIENT_CONCURRENCY for `seconds` after `warmup`;
+    puts the requests it sent (warm-up included) and its rate."""
+    arrays = _inputs("simple", np.random.default_rng(0))
+    run = _grpc if protocol == "grpc" else _http
+    figures = asyncio.run(run(url, "simple", arrays, CLIENT_CONCURRENCY, warmup, seconds))
+    rate = figures.requests / figures.seconds
+    answered.put((rate * (figures.seconds + warmup), rate))
+
+
+def scale_workers(counts: list[int], clients: int, seconds: float) -> list[Scaling]:
+    """For each worker count and protocol: req/s over all clients, and the CPU the
+    gateway's processes (parent and workers) and the sidecar spent a request."""
+    rows = []
+    warmup = 1.0
+    spawn = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="gpu-check-workers-") as folder:
+        write_simple(Path(folder))
+        for count in counts:
+            process, addresses = serve(Path(folder), f"--gateway-workers={count}")
+            try:
+                sidecar = children_running(process.pid, "--framework=onnxruntime")[0]
+                for protocol in ("grpc", "http"):
+                    gateway_before, sidecar_before = _gateway_cpu(process.pid), _cpu_seconds(sidecar)
+                    answered: multiprocessing.Queue[tuple[float, float]] = spawn.Queue()
+                    work = (addresses[protocol], protocol, seconds, warmup, answered)
+                    drivers = [spawn.Process(target=drive, args=work) for _ in range(clients)]
+                    for driver in drivers:
+                        driver.start()
+                    results = [answered.get(timeout=seconds + 120) for _ in drivers]
+                    for driver in drivers:
+                        driver.join()
+                    sent = sum(requests for requests, _ in results)
+                    gateway = (_gateway_cpu(process.pid) - gateway_before) / sent * 1e6
+                    used = (_cpu_seconds(sidecar) - sidecar_before) / sent * 1e6
+                    rows.append((count, protocol, sum(rate for _, rate in results), gateway, used))
+                    print(f"gpu-check: {count} workers, {protocol}: {rows[-1][2]:.0f} req/s", flush=True)
+            finally:
+                stop(process)
+    return rows
+
+
+def print_scaling(rows: list[Scaling], clients: int) -> None:
+    print(
+        f"\nsimple through turnout up --gateway-workers N, {clients} client processes of {CLIENT_CONCURRENCY} in flight"
+    )
+    print(f"{'workers':>8}{'protocol':>10}{'req/s':>10}{'gateway CPU us/req':>20}{'sidecar CPU us/req':>20}")
+    for count, protocol, rate, gateway, sidecar in rows:
+        print(f"{count:>8}{protocol:>10}{rate:>10.0f}{gateway:>20.0f}{sidecar:>20.0f}")
 
 
 async def measure(url: str, model: str, batch: np.ndarray, seconds: float) -> tuple[np.ndarray, float, float]:
@@ -160,7 +230,14 @@ async def measure(url: str, model: str, batch: np.ndarray, seconds: float) -> tu
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0, help="load per model (default 5)")
+    parser.add_argument("--workers", default="1,2,4,8", help="gateway worker counts to measure ('' for none)")
+    parser.add_argument("--clients", type=int, default=6, help="client processes driving the workers (default 6)")
+    parser.add_argument("--workers-only", action="store_true", help="only the gateway workers' scaling (no GPU needed)")
     args = parser.parse_args()
+    counts = [int(count) for count in args.workers.split(",") if count]
+    if args.workers_only:
+        print_scaling(scale_workers(counts, args.clients, args.seconds), args.clients)
+        return 0
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as folder:
         repo = Path(folder)
         checks = build_repository(repo)
@@ -170,7 +247,8 @@ def main() -> int:
             print(f"gpu-check: no GPU to check: {missing}", file=sys.stderr)
             return 2
         describe()
-        process, url = serve(repo)
+        process, addresses = serve(repo)
+        url = addresses["grpc"]
         try:
             batch = np.random.default_rng(0).standard_normal((BATCH, SIZES[0])).astype(np.float32)
             rows, failures = [], 0
@@ -189,11 +267,13 @@ def main() -> int:
                 failures += not ok
                 rows.append((what, name, ran_on(repo, name), difference, ok, rate, p50))
         finally:
-            process.terminate()
-            process.wait(timeout=60)
+            stop(process)
+    scaling = scale_workers(counts, args.clients, args.seconds) if counts else []
     print(f"\n{'variant':<28}{'model':<18}{'ran on':<26}{'max |diff|':>11}{'ok':>5}{'rows/s':>10}{'p50 ms':>9}")
     for what, name, where, difference, ok, rate, p50 in rows:
         print(f"{what:<28}{name:<18}{where:<26}{difference:>11.2e}{'yes' if ok else 'NO':>5}{rate:>10.0f}{p50:>9.2f}")
+    if scaling:
+        print_scaling(scaling, args.clients)
     return 1 if failures else 0
 
 

@@ -74,7 +74,8 @@ def _outputs(answer: bytes, header_length: int) -> dict[str, list[int]]:
     return outputs
 
 
-def _answer_header_length(server: Server, body: bytes, json_length: int) -> tuple[dict[str, list[int]], bool]:
+def _infer_outputs(server: Server, body: bytes, json_length: int) -> dict[str, list[int]]:
+    """The outputs of an answered infer, asked for uncompressed."""
     headers = {"Inference-Header-Content-Length": str(json_length), "Accept-Encoding": "identity"}
     connection = http.client.HTTPConnection(server.http, timeout=10)
     try:
@@ -83,7 +84,7 @@ def _answer_header_length(server: Server, body: bytes, json_length: int) -> tupl
         assert answer.status == 200
         length = answer.getheader("Inference-Header-Content-Length")
         content = answer.read()
-        return _outputs(content, int(length) if length else len(content)), length is not None
+        return _outputs(content, int(length) if length else len(content))
     finally:
         connection.close()
 
@@ -92,7 +93,7 @@ def test_requests_with_one_path_and_head_are_each_answered_from_their_own_body(s
     for seed in range(4):
         first, second = np.full(16, seed), np.arange(16)
         body, json_length = _body(first, second)
-        outputs, _ = _answer_header_length(server, body, json_length)
+        outputs = _infer_outputs(server, body, json_length)
         assert outputs == {"OUTPUT0": (first + second).tolist(), "OUTPUT1": (first - second).tolist()}
 
 
@@ -102,9 +103,9 @@ def test_a_json_header_of_the_same_length_that_asks_otherwise_is_answered_as_it_
     as_json, json_length_too = _body(first, second, binary_output0=False)
     assert (len(binary), json_length) == (len(as_json), json_length_too)  # one head for both
     for _ in range(2):
-        outputs, _ = _answer_header_length(server, binary, json_length)
+        outputs = _infer_outputs(server, binary, json_length)
         assert outputs["OUTPUT0"] == (first + second).tolist()
-    outputs, _ = _answer_header_length(server, as_json, json_length)
+    outputs = _infer_outputs(server, as_json, json_length)
     assert outputs == {"OUTPUT0": (first + second).tolist(), "OUTPUT1": (first - second).tolist()}
     answer = _infer(server, as_json, json_length, extra={"Accept-Encoding": "identity"})
     assert b'"data":[' in answer[2]
@@ -121,7 +122,7 @@ def test_another_method_on_a_path_and_head_served_before_is_refused_as_any_other
 def test_a_body_that_arrives_in_two_parts_is_read_whole(server: Server) -> None:
     first, second = np.full(16, 3), np.full(16, 2)
     body, json_length = _body(first, second)
-    _answer_header_length(server, body, json_length)  # the plan
+    _infer_outputs(server, body, json_length)  # the plan
     head = (
         f"POST {PATH} HTTP/1.1\r\nHost: t\r\nInference-Header-Content-Length: {json_length}\r\n"
         f"Accept-Encoding: identity\r\nContent-Length: {len(body)}\r\n\r\n"
