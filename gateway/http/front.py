@@ -551,11 +551,7 @@ class HttpFront:
         if body is None:
             return await self._infer_request(request, plan.name, plan.version)
         request.scope[_TYPED] = True
-        if plan.json_length == 0:
-            return raw_binary_request(body, plan.name, plan.version)
-        limit = self._settings.http_max_input_size
-        locate = self._gateway.locate_shared_memory
-        return parse_infer_request(body, plan.json_length, plan.name, plan.version, limit, locate)
+        return self._parsed(body, plan.json_length, plan.name, plan.version)
 
     async def _infer_request(
         self, request: Request, name: str, version: str
@@ -571,9 +567,16 @@ class HttpFront:
         body = await _read(request, limit, encoding, _infer_too_large(request, header, limit))
         json_length = header_length(header, len(body))
         request.scope[_TYPED] = True  # Triton's errors from parsing the body on are typed
+        return self._parsed(body, json_length, name, version)
+
+    def _parsed(
+        self, body: bytes, json_length: int | None, name: str, version: str
+    ) -> tuple[ModelInferRequest, OutputRendering]:
+        """The request of an infer body whose JSON header's length is known."""
         if json_length == 0:
             # The raw binary form names no input: gateway.core gives it the model's only one.
             return raw_binary_request(body, name, version)
+        limit = self._settings.http_max_input_size
         return parse_infer_request(body, json_length, name, version, limit, self._gateway.locate_shared_memory)
 
     async def _refuse_model(self, request: Request, name: str, version: str) -> None:

@@ -86,14 +86,13 @@ _STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
 
 def _plain(method: str, head: Head, head_bytes: bytes) -> bool:
     """Whether a request head the parser has read (`head_bytes`, up to the blank line
-    that ends it) can be remembered by its bytes: its body framed by Content-Length
-    alone, nothing asked but an answer (no 100 Continue, no upgrade), and every line
-    ended by CRLF, so that the first blank line in a read is where the parser found the
-    head's end."""
+    that ends it, found within KNOWN_HEAD_BYTES) can be remembered by its bytes: its body
+    framed by Content-Length alone, nothing asked but an answer (no 100 Continue, no
+    upgrade), and every line ended by CRLF, so that the first blank line in a read is
+    where the parser found the head's end."""
     names = head.by_name
     return (
-        len(head_bytes) <= KNOWN_HEAD_BYTES
-        and method != "CONNECT"
+        method != "CONNECT"
         and not head.expect_continue
         and "transfer-encoding" not in names
         and "upgrade" not in names
