@@ -291,6 +291,16 @@ class _Connection(asyncio.Protocol):
             self._cancel(call)
             self._done(call)
 
+    def pause_writing(self) -> None:
+        # The client is not reading what we send (PING and SETTINGS acknowledgements, answers
+        # outside flow control): what it sends waits in the socket until it does.
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None:
+            self._transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
         try:
             self._http2.receive(data)

@@ -11,7 +11,9 @@ import importlib
 import json
 import os
 import queue
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +40,30 @@ def loopback_bytes() -> int:
         if name.strip() == "lo":
             return int(counters.split()[0])
     raise AssertionError("no loopback interface")
+
+
+def flood(address: str, opening: bytes, unit: bytes, limit: int, stall: float) -> tuple[int, bool]:
+    """Connects to `address` ("host:port") as a client that reads nothing, sends `opening`,
+    then `unit` again and again (never a part of one before the whole one before it), until
+    the server has taken none of it for `stall` seconds or `limit` bytes are sent:
+    (bytes sent, whether it stalled)."""
+    host, _, port = address.rpartition(":")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)  # holds little of the answers
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+    try:
+        sock.connect((host, int(port)))
+        sock.sendall(opening)
+        sock.setblocking(False)
+        sent = 0
+        while sent < limit:
+            if not select.select([], [sock], [], stall)[1]:
+                return sent, True
+            with contextlib.suppress(BlockingIOError):
+                sent += sock.send(memoryview(unit)[sent % len(unit) :])
+        return sent, False
+    finally:
+        sock.close()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -404,7 +404,9 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self.read_paused:
+        # Not while pipelined requests wait for their turn: each read could queue as many
+        # again, and a client that never reads its answers would be read without end.
+        if self.read_paused and not self.pipeline:
             self.read_paused = False
             self.transport.resume_reading()
 
@@ -565,10 +567,11 @@ class HttpProtocol(asyncio.Protocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self.resume_reading()
         if self.pipeline:
             self._start(self.pipeline.popleft())
+            self.resume_reading()  # once the last request read is the one answering
             return
+        self.resume_reading()
         self.idle_since = self.loop.time()
         if self.idle_timer is None:
             self.idle_timer = self.loop.call_later(self.keep_alive_secs, self._idle_check)

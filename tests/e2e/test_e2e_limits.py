@@ -27,10 +27,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http.aio as httpaio
 
+from gateway import http2
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pbg
-from tests.e2e.simple_requests import assert_http_serves, check_simple, http_inputs, simple_arrays
-from tests.harness import Server, turnout_up, write_repository
+from tests.e2e.simple_requests import assert_grpc_serves, assert_http_serves, check_simple, http_inputs, simple_arrays
+from tests.harness import Server, flood, turnout_up, write_repository
 
 MIB = 1 << 20
 LIMIT = 64 * MIB  # Triton's default --http-max-input-size, which turnout's default matches
@@ -364,6 +365,39 @@ def test_a_gzip_bomb_inflating_to_gigabytes_leaves_the_gateway_memory_flat(fresh
     _report(f"gzip bomb {len(body) >> 20} MiB -> 4096 MiB, x5", idle, peak, elapsed, other)
     assert peak * 1024 < RSS_BOUND
     assert not other.failures, other.failures
+
+
+# --- clients that send and never read ---
+
+FLOOD_LIMIT = 128 * MIB
+PIPELINED = b"GET /v2/health/ready HTTP/1.1\r\nHost: turnout\r\n\r\n" * 1024
+PINGS = http2.frame(http2.PING, 0, 0, b"12345678") * 1024
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_client_that_never_reads_its_answers_is_held_back(fresh_server: Server, protocol: str) -> None:
+    # Pipelined requests over HTTP, PINGs over gRPC: each asks for an answer, and a client
+    # that reads none is read no further once its answers fill the sockets. Unbounded, the
+    # gateway would parse requests and hold their answers as fast as the client sends.
+    server = fresh_server
+    if protocol == "http":
+        address, opening, unit = server.http, b"", PIPELINED
+    else:
+        address, opening, unit = server.grpc, http2.PREFACE + http2.frame(http2.SETTINGS, 0, 0), PINGS
+    outcome: list[tuple[int, bool]] = []
+
+    def send() -> None:
+        outcome.append(flood(address, opening, unit, FLOOD_LIMIT, 2.0))
+
+    idle, peak, elapsed, other = _peak_above_idle(server, send)
+    ((sent, stalled),) = outcome
+    _report(f"{protocol}: a client that never reads, {sent >> 10} KiB sent", idle, peak, elapsed, other)
+    assert stalled, f"{sent} bytes taken from a client that reads nothing"
+    assert sent < 32 * MIB
+    assert peak * 1024 < LIMIT
+    assert not other.failures, other.failures
+    assert other.served >= 5
+    assert_grpc_serves(server.grpc)
 
 
 # --- heads, and gRPC ---

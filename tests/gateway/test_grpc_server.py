@@ -13,10 +13,11 @@ from typing import Any
 import grpc
 import pytest
 
+from gateway import http2
 from gateway.grpc_front import own_server_serves
 from gateway.grpc_server import Server, _percent_encoded, _timeout
 from gateway.settings import GatewaySettings
-from tests.harness import loopback_bytes
+from tests.harness import flood, loopback_bytes
 
 SERVICE = "test.Echo"
 
@@ -324,3 +325,17 @@ def test_gzip_as_clients_read_it() -> None:
 
     assert zlib.decompress(_compress(b"abc" * 100, b"gzip"), 47) == b"abc" * 100
     assert zlib.decompress(_compress(b"abc" * 100, b"deflate")) == b"abc" * 100
+
+
+async def test_a_client_that_never_reads_is_not_read_either(served: Any) -> None:
+    # A PING asks for an answer of its own size; one who sends them and reads nothing would
+    # otherwise have the answers held in the gateway's memory without end.
+    server, channel, _ = served
+    address = f"127.0.0.1:{next(iter(server._sockets)).getsockname()[1]}"
+    opening = http2.PREFACE + http2.frame(http2.SETTINGS, 0, 0)
+    pings = http2.frame(http2.PING, 0, 0, b"12345678") * 1024
+    run = asyncio.get_running_loop().run_in_executor
+    sent, stalled = await run(None, flood, address, opening, pings, 256 << 20, 1.5)
+    assert stalled, f"{sent} bytes of PING taken from a client that reads nothing"
+    assert sent < 64 << 20
+    assert await unary(channel, "Echo")(b"still serving", timeout=5) == b"still serving"
