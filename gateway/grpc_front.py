@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.context import NO_CONTEXT, RequestContext
 from gateway.core import Gateway
-from gateway.grpc_server import Server
+from gateway.grpc_server import Server, Transport
 from gateway.header_forward import HeaderForward, parameters_suffix, set_parameters
 from gateway.restrictions import GRPC_METHOD_GROUPS, Restriction, grpc_refusal
 from gateway.settings import GatewaySettings
@@ -545,15 +545,19 @@ def build_grpc_server(
 ) -> grpc.aio.Server | Server:
     """A server with both services added, its transport as `settings` say; the caller binds
     ports and starts it. `shared`: the port is shared with the gateway's other workers
-    (gateway.workers). Plain gRPC with Triton's transport defaults is served on the event
-    loop itself (gateway.grpc_server); TLS, and keepalive or connection-age flags set,
-    by grpc.aio."""
+    (gateway.workers). Plain gRPC is served on the event loop itself (gateway.grpc_server),
+    TLS by grpc.aio; both apply Triton's keepalive, ping and connection-age flags."""
     level = settings.grpc_infer_response_compression_level.lower()
     server: grpc.aio.Server | Server
     if own_server_serves(settings):
         # Triton's --grpc-infer-response-compression-level: infer answers alone, gzip.
         infer = frozenset(BY_NAME[name].path for name in RAW_METHODS)
-        server = Server(compression=None if level == "none" else b"gzip", compressed=infer, shared=shared)
+        server = Server(
+            compression=None if level == "none" else b"gzip",
+            compressed=infer,
+            shared=shared,
+            transport=own_transport(settings),
+        )
     else:
         # so_reuseport off unless shared: a second gateway on the same fixed port must fail, not share it.
         options = [*MESSAGE_SIZE_OPTIONS, *transport_options(settings), ("grpc.so_reuseport", 1 if shared else 0)]
@@ -572,10 +576,24 @@ def build_grpc_server(
 
 
 def own_server_serves(settings: GatewaySettings) -> bool:
-    """Whether gateway.grpc_server serves the gRPC port: not with TLS, and only with the
-    keepalive and connection-age flags at Triton's defaults (grpc.aio enforces those)."""
-    defaults = GatewaySettings()
-    return not settings.grpc_use_ssl and transport_options(settings) == transport_options(defaults)
+    """Whether gateway.grpc_server serves the gRPC port: all but TLS, which grpc.aio serves."""
+    return not settings.grpc_use_ssl
+
+
+def own_transport(settings: GatewaySettings) -> Transport:
+    """Triton's transport flags as gateway.grpc_server applies them (milliseconds to
+    seconds; a connection age or grace of 0 is none, as Triton leaves it unset)."""
+    return Transport(
+        keepalive_time=settings.grpc_keepalive_time / 1000,
+        keepalive_timeout=settings.grpc_keepalive_timeout / 1000,
+        keepalive_permit_without_calls=settings.grpc_keepalive_permit_without_calls,
+        min_recv_ping_interval_without_data=settings.grpc_http2_min_recv_ping_interval_without_data / 1000,
+        max_ping_strikes=settings.grpc_http2_max_ping_strikes,
+        max_connection_age=settings.grpc_max_connection_age / 1000 if settings.grpc_max_connection_age else None,
+        max_connection_age_grace=(
+            settings.grpc_max_connection_age_grace / 1000 if settings.grpc_max_connection_age_grace else None
+        ),
+    )
 
 
 def transport_options(settings: GatewaySettings) -> list[tuple[str, int]]:

@@ -7,9 +7,10 @@ the same method handlers (`grpc.RpcMethodHandler`, as gateway.grpc_front builds 
 a context that answers what those handlers ask of grpc.aio's. What it speaks is gRPC over
 HTTP/2 as grpc's own servers speak it: messages with their 5-byte prefixes, gzip and
 deflate both ways, `grpc-timeout`, metadata (`-bin` keys in base64), trailers-only
-answers, a client's RST_STREAM cancelling its call, flow control both ways, and GOAWAY
-before a graceful stop. TLS and the keepalive and connection-age flags are grpc.aio's to
-serve (gateway.grpc_front.build_grpc_server picks).
+answers, a client's RST_STREAM cancelling its call, flow control both ways, GOAWAY in two
+steps before a graceful stop, and Triton's transport flags (`Transport`: keepalive PINGs,
+the client's PINGs policed, a connection's age). TLS is grpc.aio's to serve
+(gateway.grpc_front.build_grpc_server picks).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import base64
 import contextlib
 import inspect
 import logging
+import random
 import socket
+import struct
 import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -57,6 +60,43 @@ _TRANSPORT_HEADERS = frozenset(
     {b"te", b"content-type", b"grpc-encoding", b"grpc-accept-encoding", b"grpc-timeout", b"grpc-message-type"}
 )
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+# The PING that follows a first GOAWAY: once it is acknowledged, every stream the client
+# opened before it saw that GOAWAY has arrived, and the final GOAWAY can name the last.
+_GOAWAY_PING = b"goaway\x00\x00"
+_PING_ID = struct.Struct(">Q")
+# What grpc reads as "never" for a keepalive time (INT_MAX milliseconds).
+_NEVER = (2**31 - 1) / 1000
+
+
+class Transport(NamedTuple):
+    """Triton's gRPC transport flags (`--grpc-keepalive-*`, `--grpc-http2-*`,
+    `--grpc-max-connection-age*`), in seconds, as grpc's servers apply them; Triton's
+    defaults.
+
+    Keepalive: a connection with calls open (or any, with `keepalive_permit_without_calls`)
+    is sent a PING every `keepalive_time`, and closed when one goes unacknowledged for
+    `keepalive_timeout`. The client's PINGs are policed as http2.PingPolicy says. A
+    connection older than `max_connection_age` (give or take 10%) is told GOAWAY
+    "max_age", and closed once its calls are over or `max_connection_age_grace` has passed
+    (None: no limit). (`--grpc-http2-max-pings-without-data` bounds a client's own PINGs;
+    grpc's servers send keepalive PINGs without regard to it, and so does this one.)"""
+
+    keepalive_time: float = 7200.0
+    keepalive_timeout: float = 20.0
+    keepalive_permit_without_calls: bool = False
+    min_recv_ping_interval_without_data: float = 300.0
+    max_ping_strikes: int = 2
+    max_connection_age: float | None = None
+    max_connection_age_grace: float | None = None
+
+    @property
+    def pings(self) -> http2.PingPolicy:
+        return http2.PingPolicy(
+            self.min_recv_ping_interval_without_data, self.max_ping_strikes, self.keepalive_permit_without_calls
+        )
+
+
+TRITON_DEFAULTS = Transport()
 
 
 class _Details(NamedTuple):
@@ -263,13 +303,23 @@ class _Connection(asyncio.Protocol):
         self._server = server
         self._loop = asyncio.get_running_loop()
         self._http2 = http2.Connection(
-            self, stream_window=_STREAM_WINDOW, connection_window=_CONNECTION_WINDOW, max_frame=_MAX_FRAME
+            self,
+            stream_window=_STREAM_WINDOW,
+            connection_window=_CONNECTION_WINDOW,
+            max_frame=_MAX_FRAME,
+            pings=server.transport.pings,
         )
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, _Call] = {}
         self._flush_scheduled = False
         self.peer = ""
-        self.closing = False
+        self.closing = False  # a GOAWAY sent or received: no new calls
+        self._goaway_sent = False
+        self._goaway_debug = b""
+        self._final_goaway = False  # the GOAWAY naming the last stream is still to be sent
+        self.aged = False  # past its age: closed once idle
+        self._timers: list[asyncio.TimerHandle] = []
+        self._pings_sent = 0
 
     # -- transport ---------------------------------------------------------------
 
@@ -279,10 +329,17 @@ class _Connection(asyncio.Protocol):
         self.peer = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
         self._server.connections.add(self)
         self._flush()  # our SETTINGS
+        settings = self._server.transport
+        if settings.keepalive_time < _NEVER:
+            self._later(settings.keepalive_time, self._keepalive)
+        if settings.max_connection_age is not None:
+            self._later(settings.max_connection_age * random.uniform(0.9, 1.1), self._age)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
         self._transport = None
+        for timer in self._timers:
+            timer.cancel()
         calls = list(self._calls.values())
         self._calls.clear()
         for call in calls:
@@ -306,8 +363,13 @@ class _Connection(asyncio.Protocol):
             self._http2.receive(data)
         except http2.ConnectionFault as fault:
             logger.debug("gRPC connection from %s closed: %s", self.peer, fault)
-            self.close()
+            if fault.code == http2.ENHANCE_YOUR_CALM:
+                self._end_calls("Too many pings")  # as grpc's servers end them
+            else:
+                self.close()
             return
+        if self._final_goaway and _GOAWAY_PING not in self._http2.pings_unanswered:
+            self._goaway_final()
         self._flush()
 
     def _flush(self) -> None:
@@ -322,11 +384,73 @@ class _Connection(asyncio.Protocol):
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
-    def goaway(self) -> None:
-        """Tells the client to open no more calls here; those open go on."""
+    def goaway(self, debug: bytes = b"") -> None:
+        """Tells the client to open no more calls here; those open go on. As grpc's servers
+        do, in two steps: a GOAWAY that names no last stream, with a PING; once the PING is
+        acknowledged, the client has seen the GOAWAY, and a second one names the last
+        stream it opened (what it opens past that is not served, and it retries elsewhere)."""
         self.closing = True
-        self._http2.goaway()
+        if not self._goaway_sent:
+            self._goaway_sent = self._final_goaway = True
+            self._goaway_debug = debug
+            self._http2.goaway(last_stream_id=http2.LAST_STREAM, debug=debug)
+            self._http2.ping(_GOAWAY_PING)
         self._flush()
+
+    def _goaway_final(self) -> None:
+        self._final_goaway = False
+        self._http2.goaway(debug=self._goaway_debug)
+        if self.aged_out:
+            self.close()
+
+    @property
+    def aged_out(self) -> bool:
+        """Past its age, told so in full, and no call open: to be closed."""
+        return self.aged and not self._final_goaway and not self._calls
+
+    # -- keepalive and age -----------------------------------------------------------
+
+    def _later(self, delay: float, callback: Callable[..., None], *args: Any) -> None:
+        self._timers = [timer for timer in self._timers if not timer.cancelled()]
+        self._timers.append(self._loop.call_later(delay, callback, *args))
+
+    def _keepalive(self) -> None:
+        if self._transport is None:
+            return
+        settings = self._server.transport
+        if self._calls or settings.keepalive_permit_without_calls:
+            self._pings_sent += 1
+            payload = _PING_ID.pack(self._pings_sent)
+            self._http2.ping(payload)
+            self._flush()
+            self._later(settings.keepalive_timeout, self._keepalive_due, payload)
+        else:
+            self._later(settings.keepalive_time, self._keepalive)
+
+    def _keepalive_due(self, payload: bytes) -> None:
+        if self._transport is None:
+            return
+        settings = self._server.transport
+        if payload in self._http2.pings_unanswered:
+            logger.debug("gRPC connection from %s closed: keepalive watchdog timeout", self.peer)
+            self._transport.abort()
+            return
+        self._later(max(settings.keepalive_time - settings.keepalive_timeout, 0.0), self._keepalive)
+
+    def _age(self) -> None:
+        if self._transport is None:
+            return
+        self.aged = True
+        self.goaway(b"max_age")
+        grace = self._server.transport.max_connection_age_grace
+        if grace is not None:
+            self._later(grace, self._end_calls, "max connection age")
+
+    def _end_calls(self, details: str) -> None:
+        """Ends every open call with UNAVAILABLE `details`, then the connection."""
+        for call in list(self._calls.values()):
+            self._finish(call, grpc.StatusCode.UNAVAILABLE, details)
+        self.close()
 
     def close(self) -> None:
         """Closes the connection once what is to be sent has been written."""
@@ -678,10 +802,12 @@ class Server:
         compressed: frozenset[str] = frozenset(),
         max_receive: int = MAX_MESSAGE_BYTES,
         shared: bool = False,
+        transport: Transport = TRITON_DEFAULTS,
     ) -> None:
         self.compression = compression
         self.compressed = compressed
         self.max_receive = max_receive
+        self.transport = transport
         self._shared = shared
         self._generic: list[Any] = []
         self._registered: dict[str, grpc.RpcMethodHandler] = {}
@@ -743,6 +869,8 @@ class Server:
             connection.close()
             if all(c.idle for c in self.connections):
                 self._idle.set()
+        elif connection.aged and connection.aged_out:
+            connection.close()
 
     async def stop(self, grace: float | None) -> None:
         """Stops accepting, tells every client (GOAWAY), lets calls in flight finish within

@@ -16,7 +16,9 @@ never concerns us.
 from __future__ import annotations
 
 import struct
-from typing import Protocol
+import time
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 from hpack import Decoder
 from hpack.exceptions import HPACKError
@@ -28,6 +30,7 @@ END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 
 # Error codes (RFC 9113 section 7).
 NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, COMPRESSION_ERROR = 0x0, 0x1, 0x3, 0x6, 0x9
+ENHANCE_YOUR_CALM = 0xB
 
 # Settings identifiers.
 HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE = 0x1, 0x2, 0x3, 0x4
@@ -36,6 +39,7 @@ MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE = 0x5, 0x6
 DEFAULT_WINDOW = 65535
 DEFAULT_FRAME = 16384
 MAX_WINDOW = 2**31 - 1
+LAST_STREAM = 2**31 - 1
 
 _FRAME_HEAD = struct.Struct(">HBBBL")  # a 24-bit length as 16 + 8 bits, type, flags, stream
 _SETTING = struct.Struct(">HL")
@@ -46,12 +50,29 @@ _REMEMBERED_BLOCKS = 64
 
 
 class ConnectionFault(Exception):
-    """The peer broke the protocol; a GOAWAY with `code` is queued and the connection
-    should close once it is written."""
+    """The peer broke the protocol; a GOAWAY with `code` (and `debug`, its debug data) is
+    queued and the connection should close once it is written."""
 
-    def __init__(self, code: int, reason: str) -> None:
+    def __init__(self, code: int, reason: str, debug: bytes = b"") -> None:
         super().__init__(reason)
         self.code = code
+        self.debug = debug
+
+
+class PingPolicy(NamedTuple):
+    """What a client's PINGs may do, as grpc's servers police them (its ping abuse policy).
+    A PING sooner than `min_interval` seconds after the one before is a strike (two hours
+    while no stream is open, unless `without_streams`); past `max_strikes` strikes (0: no
+    limit) the connection ends with GOAWAY ENHANCE_YOUR_CALM "too_many_pings". A HEADERS,
+    DATA or WINDOW_UPDATE frame we send forgives the strikes so far. Triton's defaults."""
+
+    min_interval: float = 300.0
+    max_strikes: int = 2
+    without_streams: bool = False
+
+
+DEFAULT_PINGS = PingPolicy()
+IDLE_PING_INTERVAL = 7200.0  # RFC 1122's least TCP keepalive interval, for a connection without streams
 
 
 class StreamClosed(Exception):
@@ -145,6 +166,8 @@ class Connection:
         connection_window: int = DEFAULT_WINDOW,
         max_frame: int = DEFAULT_FRAME,
         max_header_list: int = 1 << 16,
+        pings: PingPolicy = DEFAULT_PINGS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._owner = owner
         self._stream_window = stream_window
@@ -167,6 +190,14 @@ class Connection:
         self._max_header_block = 4 * max_header_list  # the encoded block, before decoding
         self._decoder = Decoder(max_header_list_size=max_header_list)
         self._remembered: dict[bytes, tuple[tuple[bytes, bytes], ...]] = {}
+        # PINGs: the client's, policed; ours, each waiting for its acknowledgement.
+        self._pings = pings
+        self._clock = clock
+        self._last_ping: float | None = None
+        self._strikes = 0
+        self._sent = False  # a HEADERS, DATA or WINDOW_UPDATE frame sent since the client's last PING
+        self.pings_unanswered: set[bytes] = set()
+        self.last_stream_id = LAST_STREAM  # what a GOAWAY of ours said last
 
         settings = {
             MAX_CONCURRENT_STREAMS: MAX_WINDOW,
@@ -195,7 +226,7 @@ class Connection:
         try:
             self._frames(data)
         except ConnectionFault as fault:
-            self._fail(fault.code)
+            self._fail(fault.code, fault.debug)
             raise
 
     def _needed(self) -> int:
@@ -249,8 +280,11 @@ class Connection:
         elif kind == PING:
             if stream_id or len(payload) != 8:
                 raise ConnectionFault(PROTOCOL_ERROR if stream_id else FRAME_SIZE_ERROR, "a malformed PING")
-            if not flags & ACK:
-                self._out.append(frame(PING, ACK, 0, payload))
+            if flags & ACK:
+                self.pings_unanswered.discard(payload)
+            else:
+                self._out.append(frame(PING, ACK, 0, payload))  # before a GOAWAY for it, as grpc's
+                self._police_ping()
         elif kind == RST_STREAM:
             if not stream_id or len(payload) != 4:
                 raise ConnectionFault(PROTOCOL_ERROR if not stream_id else FRAME_SIZE_ERROR, "a malformed RST_STREAM")
@@ -266,6 +300,21 @@ class Connection:
         elif kind == PUSH_PROMISE:
             raise ConnectionFault(PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
         # Frames of unknown types are ignored, as the RFC asks.
+
+    def _police_ping(self) -> None:
+        now = self._clock()
+        policy = self._pings
+        if self._sent:  # the strikes so far are forgiven
+            self._sent = False
+            self._last_ping = None
+            self._strikes = 0
+        interval = policy.min_interval if self._streams or policy.without_streams else IDLE_PING_INTERVAL
+        last, self._last_ping = self._last_ping, now
+        if last is None or now >= last + interval:
+            return
+        self._strikes += 1
+        if policy.max_strikes and self._strikes > policy.max_strikes:
+            raise ConnectionFault(ENHANCE_YOUR_CALM, "too many pings", b"too_many_pings")
 
     @staticmethod
     def _unpadded(flags: int, payload: bytes) -> bytes:
@@ -283,6 +332,7 @@ class Connection:
         if self._connection_unannounced >= self._announce_connection:
             self._out.append(frame(WINDOW_UPDATE, 0, 0, _UINT32.pack(self._connection_unannounced)))
             self._connection_unannounced = 0
+            self._sent = True
         if stream_id not in self._streams:
             if stream_id > self.highest_stream_id:
                 raise ConnectionFault(PROTOCOL_ERROR, "DATA on a stream not opened")
@@ -322,6 +372,8 @@ class Connection:
 
     def _block(self, stream_id: int, end_stream: int, block: bytes) -> None:
         headers = self._decode(block)  # decoded in every case: the table must stay in step
+        if stream_id > self.last_stream_id:
+            return  # opened after our last GOAWAY: not served, the client retries it elsewhere
         if stream_id > self.highest_stream_id:
             self.highest_stream_id = stream_id
             self._streams[stream_id] = _Stream(self._peer_initial_window)
@@ -410,6 +462,7 @@ class Connection:
         if stream.unannounced >= self._announce_stream:
             self._out.append(frame(WINDOW_UPDATE, 0, stream_id, _UINT32.pack(stream.unannounced)))
             stream.unannounced = 0
+            self._sent = True
 
     # -- sending -----------------------------------------------------------------
 
@@ -428,6 +481,7 @@ class Connection:
         size = len(data)
         stream.send_window -= size
         self._connection_send_window -= size
+        self._sent = True
         largest = self.max_outbound_frame
         if size <= largest:
             self._out.append(frame(DATA, 0, stream_id, data))
@@ -442,6 +496,7 @@ class Connection:
         if stream_id not in self._streams:
             raise StreamClosed(stream_id)
         flags = END_STREAM if end_stream else 0
+        self._sent = True
         largest = self.max_outbound_frame
         if len(block) <= largest:
             self._out.append(frame(HEADERS, flags | END_HEADERS, stream_id, block))
@@ -454,15 +509,22 @@ class Connection:
         if end_stream:
             del self._streams[stream_id]
 
-    def goaway(self, code: int = NO_ERROR) -> None:
-        """Tells the client that no stream past the last it opened will be served; those
-        open go on."""
-        self._out.append(frame(GOAWAY, 0, 0, _UINT32.pack(self.highest_stream_id) + _UINT32.pack(code)))
+    def goaway(self, code: int = NO_ERROR, last_stream_id: int | None = None, debug: bytes = b"") -> None:
+        """Tells the client that no stream past `last_stream_id` (by default the last it
+        opened) will be served; those open go on. Streams it opens past it are ignored."""
+        last = self.highest_stream_id if last_stream_id is None else last_stream_id
+        self.last_stream_id = last
+        self._out.append(frame(GOAWAY, 0, 0, _UINT32.pack(last) + _UINT32.pack(code) + debug))
 
-    def _fail(self, code: int) -> None:
+    def ping(self, payload: bytes) -> None:
+        """Sends a PING of 8 bytes; `pings_unanswered` holds it until it is acknowledged."""
+        self.pings_unanswered.add(payload)
+        self._out.append(frame(PING, 0, 0, payload))
+
+    def _fail(self, code: int, debug: bytes = b"") -> None:
         self._failed = True
         self._buffer.clear()
-        self.goaway(code)
+        self.goaway(code, debug=debug)
 
     def data_to_send(self) -> bytes:
         out = self._out

@@ -14,8 +14,8 @@ import grpc
 import pytest
 
 from gateway import http2
-from gateway.grpc_front import own_server_serves
-from gateway.grpc_server import Server, _percent_encoded, _timeout
+from gateway.grpc_front import own_server_serves, own_transport
+from gateway.grpc_server import Server, Transport, _percent_encoded, _timeout
 from gateway.settings import GatewaySettings
 from tests.harness import flood, loopback_bytes
 
@@ -312,12 +312,26 @@ def test_grpc_message_and_timeout_encodings() -> None:
     assert _timeout(b"5x") is None
 
 
-def test_the_own_server_serves_unless_tls_or_transport_flags_ask_grpc() -> None:
+def test_the_own_server_serves_all_but_tls() -> None:
     assert own_server_serves(GatewaySettings())
     assert own_server_serves(GatewaySettings(grpc_infer_response_compression_level="high"))
     assert not own_server_serves(GatewaySettings(grpc_use_ssl=True))
-    assert not own_server_serves(GatewaySettings(grpc_max_connection_age=1000))
-    assert not own_server_serves(GatewaySettings(grpc_keepalive_time=1000))
+    assert own_server_serves(GatewaySettings(grpc_max_connection_age=1000))
+    assert own_server_serves(GatewaySettings(grpc_keepalive_time=1000))
+
+
+def test_tritons_transport_flags_in_seconds() -> None:
+    assert own_transport(GatewaySettings()) == Transport()
+    settings = GatewaySettings(
+        grpc_keepalive_time=1000,
+        grpc_keepalive_timeout=500,
+        grpc_keepalive_permit_without_calls=True,
+        grpc_http2_min_recv_ping_interval_without_data=2000,
+        grpc_http2_max_ping_strikes=0,
+        grpc_max_connection_age=5000,
+        grpc_max_connection_age_grace=100,
+    )
+    assert own_transport(settings) == Transport(1.0, 0.5, True, 2.0, 0, 5.0, 0.1)
 
 
 def test_gzip_as_clients_read_it() -> None:
@@ -328,14 +342,14 @@ def test_gzip_as_clients_read_it() -> None:
 
 
 async def test_a_client_that_never_reads_is_not_read_either(served: Any) -> None:
-    # A PING asks for an answer of its own size; one who sends them and reads nothing would
-    # otherwise have the answers held in the gateway's memory without end.
+    # A SETTINGS frame asks for an acknowledgement; one who sends them and reads nothing
+    # would otherwise have the answers held in the gateway's memory without end.
     server, channel, _ = served
     address = f"127.0.0.1:{next(iter(server._sockets)).getsockname()[1]}"
     opening = http2.PREFACE + http2.frame(http2.SETTINGS, 0, 0)
-    pings = http2.frame(http2.PING, 0, 0, b"12345678") * 1024
+    settings = http2.frame(http2.SETTINGS, 0, 0) * 1024
     run = asyncio.get_running_loop().run_in_executor
-    sent, stalled = await run(None, flood, address, opening, pings, 256 << 20, 1.5)
-    assert stalled, f"{sent} bytes of PING taken from a client that reads nothing"
+    sent, stalled = await run(None, flood, address, opening, settings, 256 << 20, 1.5)
+    assert stalled, f"{sent} bytes of SETTINGS taken from a client that reads nothing"
     assert sent < 64 << 20
     assert await unary(channel, "Echo")(b"still serving", timeout=5) == b"still serving"
