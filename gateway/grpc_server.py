@@ -63,6 +63,8 @@ _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b
 # The PING that follows a first GOAWAY: once it is acknowledged, every stream the client
 # opened before it saw that GOAWAY has arrived, and the final GOAWAY can name the last.
 _GOAWAY_PING = b"goaway\x00\x00"
+_GOAWAY_PING_TIMEOUT = 20.0  # past this unanswered, the final GOAWAY goes anyway
+_CLOSE_AFTER_GRACE = 1.0  # a connection past its age and grace, its calls ended, closes within this
 _PING_ID = struct.Struct(">Q")
 # What grpc reads as "never" for a keepalive time (INT_MAX milliseconds).
 _NEVER = (2**31 - 1) / 1000
@@ -318,7 +320,7 @@ class _Connection(asyncio.Protocol):
         self._goaway_debug = b""
         self._final_goaway = False  # the GOAWAY naming the last stream is still to be sent
         self.aged = False  # past its age: closed once idle
-        self._timers: list[asyncio.TimerHandle] = []
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # by purpose, at most one each
         self._pings_sent = 0
 
     # -- transport ---------------------------------------------------------------
@@ -331,14 +333,14 @@ class _Connection(asyncio.Protocol):
         self._flush()  # our SETTINGS
         settings = self._server.transport
         if settings.keepalive_time < _NEVER:
-            self._later(settings.keepalive_time, self._keepalive)
+            self._later("keepalive", settings.keepalive_time, self._keepalive)
         if settings.max_connection_age is not None:
-            self._later(settings.max_connection_age * random.uniform(0.9, 1.1), self._age)
+            self._later("age", settings.max_connection_age * random.uniform(0.9, 1.1), self._age)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
         self._transport = None
-        for timer in self._timers:
+        for timer in self._timers.values():
             timer.cancel()
         calls = list(self._calls.values())
         self._calls.clear()
@@ -395,6 +397,7 @@ class _Connection(asyncio.Protocol):
             self._goaway_debug = debug
             self._http2.goaway(last_stream_id=http2.LAST_STREAM, debug=debug)
             self._http2.ping(_GOAWAY_PING)
+            self._later("goaway", _GOAWAY_PING_TIMEOUT, self._goaway_unanswered)
         self._flush()
 
     def _goaway_final(self) -> None:
@@ -403,6 +406,11 @@ class _Connection(asyncio.Protocol):
         if self.aged_out:
             self.close()
 
+    def _goaway_unanswered(self) -> None:
+        if self._final_goaway and self._transport is not None:
+            self._goaway_final()
+            self._flush()
+
     @property
     def aged_out(self) -> bool:
         """Past its age, told so in full, and no call open: to be closed."""
@@ -410,9 +418,8 @@ class _Connection(asyncio.Protocol):
 
     # -- keepalive and age -----------------------------------------------------------
 
-    def _later(self, delay: float, callback: Callable[..., None], *args: Any) -> None:
-        self._timers = [timer for timer in self._timers if not timer.cancelled()]
-        self._timers.append(self._loop.call_later(delay, callback, *args))
+    def _later(self, purpose: str, delay: float, callback: Callable[..., None], *args: Any) -> None:
+        self._timers[purpose] = self._loop.call_later(delay, callback, *args)
 
     def _keepalive(self) -> None:
         if self._transport is None:
@@ -423,9 +430,9 @@ class _Connection(asyncio.Protocol):
             payload = _PING_ID.pack(self._pings_sent)
             self._http2.ping(payload)
             self._flush()
-            self._later(settings.keepalive_timeout, self._keepalive_due, payload)
+            self._later("keepalive", settings.keepalive_timeout, self._keepalive_due, payload)
         else:
-            self._later(settings.keepalive_time, self._keepalive)
+            self._later("keepalive", settings.keepalive_time, self._keepalive)
 
     def _keepalive_due(self, payload: bytes) -> None:
         if self._transport is None:
@@ -435,7 +442,7 @@ class _Connection(asyncio.Protocol):
             logger.debug("gRPC connection from %s closed: keepalive watchdog timeout", self.peer)
             self._transport.abort()
             return
-        self._later(max(settings.keepalive_time - settings.keepalive_timeout, 0.0), self._keepalive)
+        self._later("keepalive", max(settings.keepalive_time - settings.keepalive_timeout, 0.0), self._keepalive)
 
     def _age(self) -> None:
         if self._transport is None:
@@ -444,13 +451,22 @@ class _Connection(asyncio.Protocol):
         self.goaway(b"max_age")
         grace = self._server.transport.max_connection_age_grace
         if grace is not None:
-            self._later(grace, self._end_calls, "max connection age")
+            self._later("grace", grace, self._grace_over)
 
-    def _end_calls(self, details: str) -> None:
-        """Ends every open call with UNAVAILABLE `details`, then the connection."""
+    def _grace_over(self) -> None:
+        # The client, its calls ended and told GOAWAY, closes the connection itself; closed
+        # at once here, what it still sent could reset the connection and lose the trailers.
+        self._end_calls("max connection age", close=False)
+        self._later("close", _CLOSE_AFTER_GRACE, self.close)
+
+    def _end_calls(self, details: str, close: bool = True) -> None:
+        """Ends every open call with UNAVAILABLE `details`, then (with `close`) the connection."""
         for call in list(self._calls.values()):
             self._finish(call, grpc.StatusCode.UNAVAILABLE, details)
-        self.close()
+        if close:
+            self.close()
+        else:
+            self._flush()
 
     def close(self) -> None:
         """Closes the connection once what is to be sent has been written."""

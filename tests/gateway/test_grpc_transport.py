@@ -17,7 +17,7 @@ import grpc
 import pytest
 from hpack import Decoder, Encoder
 
-from gateway import http2
+from gateway import grpc_server, http2
 from gateway.grpc_front import own_transport
 from gateway.grpc_server import Server
 from gateway.settings import GatewaySettings
@@ -297,3 +297,16 @@ async def test_keepalive_closes_a_connection_whose_client_does_not_answer() -> N
         await server.stop(None)
     assert len(client.of(http2.PING, 0)) == 1
     assert client.closed and 0.4 < elapsed < 3.5
+
+
+async def test_the_final_goaway_goes_even_if_its_ping_is_never_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(grpc_server, "_GOAWAY_PING_TIMEOUT", 0.3)
+    server = Server(transport=own_transport(GatewaySettings(grpc_max_connection_age=300)))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        client, elapsed = await _client(lambda: _listen(port, 4.0, acknowledge=False))
+    finally:
+        await server.stop(None)
+    assert [f.goaway[0] for f in client.of(http2.GOAWAY)] == [http2.LAST_STREAM, 0]
+    assert client.closed and 0.5 < elapsed < 3.5
