@@ -282,31 +282,31 @@ async def test_calls_still_open_at_the_end_of_the_grace_are_unavailable(serve: A
     assert client.closed and 0.5 < elapsed < 3.5
 
 
+async def _unanswering_client_of_own_server(settings: GatewaySettings) -> tuple[RawClient, float]:
+    """_listen's client that answers no PING, of gateway.grpc_server alone."""
+    server = Server(transport=own_transport(settings))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        result: tuple[RawClient, float] = await _client(lambda: _listen(port, 4.0, acknowledge=False))
+        return result
+    finally:
+        await server.stop(None)
+
+
 async def test_keepalive_closes_a_connection_whose_client_does_not_answer() -> None:
     # The own server alone: grpc.aio (grpc 1.85) was seen to keep such a connection open
     # for seconds past --grpc-keepalive-timeout, which says it is closed then.
     settings = GatewaySettings(
         grpc_keepalive_time=200, grpc_keepalive_timeout=300, grpc_keepalive_permit_without_calls=True
     )
-    server = Server(transport=own_transport(settings))
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        client, elapsed = await _client(lambda: _listen(port, 4.0, acknowledge=False))
-    finally:
-        await server.stop(None)
+    client, elapsed = await _unanswering_client_of_own_server(settings)
     assert len(client.of(http2.PING, 0)) == 1
     assert client.closed and 0.4 < elapsed < 3.5
 
 
 async def test_the_final_goaway_goes_even_if_its_ping_is_never_answered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grpc_server, "_GOAWAY_PING_TIMEOUT", 0.3)
-    server = Server(transport=own_transport(GatewaySettings(grpc_max_connection_age=300)))
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        client, elapsed = await _client(lambda: _listen(port, 4.0, acknowledge=False))
-    finally:
-        await server.stop(None)
+    client, elapsed = await _unanswering_client_of_own_server(GatewaySettings(grpc_max_connection_age=300))
     assert [f.goaway[0] for f in client.of(http2.GOAWAY)] == [http2.LAST_STREAM, 0]
     assert client.closed and 0.5 < elapsed < 3.5
