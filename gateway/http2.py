@@ -2,8 +2,10 @@
 
 What gateway.grpc_server needs and no more: frames read whole, padded or not, header
 blocks across CONTINUATION frames, flow control both ways, SETTINGS, PING, RST_STREAM,
-WINDOW_UPDATE and GOAWAY, and a connection error answered with GOAWAY. Server push and
-priorities are not served (priority fields are read and ignored, as the RFC allows).
+WINDOW_UPDATE and GOAWAY, and a connection error answered with GOAWAY. A client's PINGs
+are policed as grpc's servers police them (PingPolicy); ours are remembered until
+acknowledged. Server push and priorities are not served (priority fields are read and
+ignored, as the RFC allows).
 
 Header blocks are decoded by hpack's decoder, which keeps the dynamic table. A client's
 calls of one method send the same block again and again, each decoding to the same
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from hpack import Decoder
@@ -167,7 +168,6 @@ class Connection:
         max_frame: int = DEFAULT_FRAME,
         max_header_list: int = 1 << 16,
         pings: PingPolicy = DEFAULT_PINGS,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._owner = owner
         self._stream_window = stream_window
@@ -192,7 +192,6 @@ class Connection:
         self._remembered: dict[bytes, tuple[tuple[bytes, bytes], ...]] = {}
         # PINGs: the client's, policed; ours, each waiting for its acknowledgement.
         self._pings = pings
-        self._clock = clock
         self._last_ping: float | None = None
         self._strikes = 0
         self._sent = False  # a HEADERS, DATA or WINDOW_UPDATE frame sent since the client's last PING
@@ -302,7 +301,7 @@ class Connection:
         # Frames of unknown types are ignored, as the RFC asks.
 
     def _police_ping(self) -> None:
-        now = self._clock()
+        now = time.monotonic()
         policy = self._pings
         if self._sent:  # the strikes so far are forgiven
             self._sent = False
