@@ -101,6 +101,30 @@ def _plain(method: str, head: Head, head_bytes: bytes) -> bool:
     )
 
 
+def _parser(protocol: HttpProtocol) -> httptools.HttpRequestParser:
+    parser = httptools.HttpRequestParser(protocol)
+    # An answer may go out before the rest of a pipelined request is read; and a body
+    # with both Content-Length and chunks is read by its chunks (RFC 9112, and Triton).
+    with contextlib.suppress(AttributeError):  # httptools < 0.6.3
+        parser.set_dangerous_leniencies(lenient_data_after_close=True, lenient_chunked_length=True)
+    return parser
+
+
+def _without_upgrade(method: bytes, url: bytes, version: str, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A request head as sent, less its Upgrade header and Connection's "upgrade"."""
+    lines = [b"%s %s HTTP/%s" % (method, url, version.encode("ascii"))]
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"upgrade":
+            continue
+        if lowered == b"connection":
+            value = b", ".join(t for t in (t.strip() for t in value.split(b",")) if t.lower() != b"upgrade")
+            if not value:
+                continue
+        lines.append(name + b": " + value)
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
 def _address(info: Any) -> tuple[str, int] | None:
     if isinstance(info, (list, tuple)) and len(info) >= 2:
         return str(info[0]), int(info[1])
@@ -336,11 +360,7 @@ class HttpProtocol(asyncio.Protocol):
         self.loop = _loop or asyncio.get_event_loop()
         self.server_state = server_state
         self.keep_alive_secs: float = config.timeout_keep_alive
-        self.parser = httptools.HttpRequestParser(self)
-        # An answer may go out before the rest of a pipelined request is read; and a body
-        # with both Content-Length and chunks is read by its chunks (RFC 9112, and Triton).
-        with contextlib.suppress(AttributeError):  # httptools < 0.6.3
-            self.parser.set_dangerous_leniencies(lenient_data_after_close=True, lenient_chunked_length=True)
+        self.parser = _parser(self)
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.server: tuple[str, int] | None = None
         self.client: tuple[str, int] | None = None
@@ -358,6 +378,7 @@ class HttpProtocol(asyncio.Protocol):
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []  # as sent, of the request being read
         self.between = True  # the parser has no part of a request: the next read starts one
+        self.unupgraded: bytes | None = None  # a head that asked for an upgrade, without the ask
         self.head_bytes: bytes | None = None  # the parsed request's head, when a read began with all of it
 
     # -- the transport's side --
@@ -448,10 +469,16 @@ class HttpProtocol(asyncio.Protocol):
     def _feed(self, data: bytes) -> None:
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            # No protocol to upgrade to: the request is answered as any other, and the
-            # parser, paused there, reads nothing more of this connection.
-            self.between = False
+        except httptools.HttpParserUpgrade as upgrade:
+            # No protocol to upgrade to, and Triton ignores the ask: the parser, which stops
+            # at the end of the head (before any body), is replaced by one that reads the
+            # head again without the ask, and then the rest as the request's body and beyond.
+            head, self.unupgraded = self.unupgraded, None
+            if head is None:  # CONNECT: answered as any other request, and nothing more read
+                self.between = False
+                return
+            self.parser = _parser(self)
+            self._feed(head + data[upgrade.args[0] :])
         except httptools.HttpParserError:
             logger.warning("Invalid HTTP request received.")
             self.transport.write(_BAD_REQUEST)
@@ -507,6 +534,11 @@ class HttpProtocol(asyncio.Protocol):
             "raw_path": raw_path,
             "query_string": query,
         }
+        if parser.should_upgrade() and parser.get_method() != b"CONNECT":
+            # Read again without the ask (see _feed); what is read now is not the request.
+            self.unupgraded = _without_upgrade(parser.get_method(), url, version, self.headers)
+            self.head_bytes = None
+            return
         sent = tuple(self.headers)
         head = _heads.get(sent)
         if head is None:
@@ -544,6 +576,8 @@ class HttpProtocol(asyncio.Protocol):
         exchange.wake()
 
     def on_message_complete(self) -> None:
+        if self.unupgraded is not None:
+            return  # the end the parser gives a head that asked for an upgrade: not the request's
         self.between = True
         self.head_room = MAX_HEAD_BYTES
         exchange = self.reading

@@ -340,3 +340,25 @@ async def test_a_head_that_asks_more_than_an_answer_is_never_remembered(running:
         assert (await read_answer(reader))[2] == b"POST /asks 3"
         writer.close()
     assert request[: request.index(b"\r\n\r\n")] not in protocol._known_heads
+
+
+UPGRADE = (b"Connection: Upgrade, HTTP2-Settings", b"Upgrade: h2c", b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA")
+
+
+async def test_an_upgrade_nobody_takes_is_ignored_as_triton_ignores_it(running: Running) -> None:
+    # What `curl --http2` sends to an http:// address. The parser stops at the end of such
+    # a head; the body and what follows it are still read, as any request's.
+    reader, writer = await running.connect()
+    writer.write(post("/up", b"hello", *UPGRADE) + post("/after", b"22"))
+    assert (await read_answer(reader))[2] == b"POST /up 5"
+    assert (await read_answer(reader))[2] == b"POST /after 2"
+    request = post("/split", b"x" * 3000, *UPGRADE)
+    cut = request.index(b"\r\n\r\n") + 10
+    writer.write(request[:cut])
+    await asyncio.sleep(0.1)
+    writer.write(request[cut:] + b"GET /last HTTP/1.1\r\nHost: t\r\n" + b"\r\n".join(UPGRADE) + b"\r\n\r\n")
+    assert (await read_answer(reader))[2] == b"POST /split 3000"
+    assert (await read_answer(reader))[2] == b"GET /last 0"
+    writer.close()
+    seen = dict(running.app.scopes[0]["headers"])
+    assert b"upgrade" not in seen and seen[b"connection"] == b"HTTP2-Settings"
