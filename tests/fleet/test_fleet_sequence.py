@@ -26,11 +26,20 @@ from tests.harness import make_models
 SERVICE, PREFIX = "sequence-pins", "sequence-pins/policies/"
 
 
+# Sequences must not idle out while a loaded machine runs many of them: a sequence that
+# idled out (Triton's default is a second) would lose its slot and its pin, and a START
+# finding no free slot would wait for one.
+LONG_IDLE = "max_sequence_idle_microseconds: 60000000"
+UNKNOWN_TO_TRITON = "must specify the START flag on the first request of the sequence"
+
+
 @pytest.fixture(scope="module")
 def sum_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`running_sum`: OUTPUT = the sequence's running sum, in versions 1 and 2."""
+    """`running_sum`: OUTPUT = the sequence's running sum, in versions 1 and 2, idle for a
+    minute before a sequence's slot is freed, with two instances (16 slots) per version."""
     repo = tmp_path_factory.mktemp("fleet_sequence_repo")
-    model_dir = make_models().write_sequence(repo, "running_sum", ("READY",), state=True, instances=1)
+    models = make_models()
+    model_dir = models.write_sequence(repo, "running_sum", ("READY",), state=True, strategy=LONG_IDLE, instances=2)
     shutil.copytree(model_dir / "1", model_dir / "2")
     config = model_dir / "config.pbtxt"
     config.write_text(config.read_text() + "version_policy: { all { } }\n")
@@ -105,24 +114,6 @@ async def test_sequences_stay_on_their_replica_and_version(consul: Consul, sum_r
             await client.close()
 
 
-# Sequences must not idle out while a loaded machine runs many of them through two gateways.
-LONG_IDLE = "max_sequence_idle_microseconds: 60000000"
-UNKNOWN_TO_TRITON = "must specify the START flag on the first request of the sequence"
-
-
-@pytest.fixture(scope="module")
-def long_sum_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`running_sum` as above, idle for a minute before a sequence's slot is freed, with
-    two instances (16 slots) per version."""
-    repo = tmp_path_factory.mktemp("fleet_sequence_long_repo")
-    models = make_models()
-    model_dir = models.write_sequence(repo, "running_sum", ("READY",), state=True, strategy=LONG_IDLE, instances=2)
-    shutil.copytree(model_dir / "1", model_dir / "2")
-    config = model_dir / "config.pbtxt"
-    config.write_text(config.read_text() + "version_policy: { all { } }\n")
-    return repo
-
-
 class TwoGateways:
     """A client of both gateways: each sequence alternates between them, step by step,
     over gRPC to one and HTTP to the other (which is which depends on the sequence)."""
@@ -170,11 +161,11 @@ def _fleet_up(consul: Consul, replicas: list[Process], fronts: tuple[Process, Pr
 
 
 async def test_sequences_alternating_between_two_gateways_keep_their_replica_and_version(
-    consul: Consul, long_sum_repository: Path
+    consul: Consul, sum_repository: Path
 ) -> None:
     service, prefix = "sequence-fleet", "sequence-fleet/policies/"
     assert consul.put(f"/v1/kv/{prefix}running_sum", json.dumps({"weights": {"1": 50, "2": 50}}).encode())
-    replicas = [sidecar(consul.http, long_sum_repository, f"--consul-service={service}") for _ in range(2)]
+    replicas = [sidecar(consul.http, sum_repository, f"--consul-service={service}") for _ in range(2)]
     flags = (f"--consul-service={service}", f"--routing-kv-prefix={prefix}")
     # Differently seeded: only the sequence id may decide a START's version.
     fronts = (gateway(consul.http, *flags, "--routing-seed=3"), gateway(consul.http, *flags, "--routing-seed=4"))
