@@ -59,7 +59,7 @@ from protos.logs import (
     request_id_parameter,
 )
 from protos.sequence import sequence_of
-from protos.status import Status, TurnoutError, invalid_arg, model_not_found, unavailable, unsupported
+from protos.status import Status, TurnoutError, invalid_arg, load_failed, model_not_found, unavailable, unsupported
 from protos.validation import PLAIN_PARAMETERS
 
 logger = logging.getLogger(__name__)
@@ -443,7 +443,7 @@ class Gateway:
             try:
                 await self.ensembles.check(ensemble)
             except TurnoutError as exc:
-                raise invalid_arg(f"load failed for model '{ensemble}': {exc.message}") from None
+                raise load_failed(ensemble, exc.message) from None
         except TurnoutError:
             await self._unload(ensemble, dependents=False)
             raise

@@ -157,6 +157,12 @@ def invalid_arg(message: str) -> TurnoutError:
     return TurnoutError(Status.INVALID_ARG, message)
 
 
+def load_failed(model: str, reason: str) -> TurnoutError:
+    """Triton's answer to a load that failed past the repository poll: a line per model,
+    each ending in a newline (a load of several models lists each that failed)."""
+    return invalid_arg(f"load failed for model '{model}': {reason}\n")
+
+
 def not_found(message: str) -> TurnoutError:
     return TurnoutError(Status.NOT_FOUND, message)
 

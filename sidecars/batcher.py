@@ -170,7 +170,8 @@ class DynamicBatcher:
         self._started = 0
         self._delivered = 0
         self._deliveries: dict[int, Callable[[], None]] = {}
-        self._workers = [asyncio.create_task(self._work(instance)) for instance in self._instances]
+        self._workers = {id(instance): asyncio.create_task(self._work(instance)) for instance in self._instances}
+        self._leaving: set[int] = set()  # ids of instances an update removed, finishing their batch
         self._scheduler = asyncio.create_task(self._schedule())
 
     @property
@@ -246,8 +247,31 @@ class DynamicBatcher:
             level.delayed.append(pending)
         self._changed.set()
 
+    async def update_instances(self, added: Sequence[ModelInstance], removed: Sequence[ModelInstance]) -> None:
+        """Triton's in-place instance-group update: the added instances take batches at
+        once; each removed one runs the batch it holds, takes no other, and is closed."""
+        for instance in added:
+            self._instances.append(instance)
+            self._workers[id(instance)] = asyncio.create_task(self._work(instance))
+        leaving = {id(instance) for instance in removed}
+        self._instances = [instance for instance in self._instances if id(instance) not in leaving]
+        self._leaving |= leaving
+        for waiting, instance in self._waiting.items():
+            if id(instance) in leaving and not waiting.done():
+                waiting.set_result(None)
+        self._changed.set()
+        workers = [self._workers.pop(id(instance)) for instance in removed]
+        await asyncio.gather(
+            *(self._retire(instance, worker) for instance, worker in zip(removed, workers, strict=True))
+        )
+
+    async def _retire(self, instance: ModelInstance, worker: asyncio.Task[None]) -> None:
+        await asyncio.gather(worker, return_exceptions=True)
+        self._leaving.discard(id(instance))
+        await asyncio.to_thread(instance.close)
+
     async def _work(self, instance: ModelInstance) -> None:
-        while True:
+        while not (self._leaving and id(instance) in self._leaving):
             batch = await self._next_batch(instance)
             if batch is None:
                 return
@@ -481,7 +505,7 @@ class DynamicBatcher:
         self._closing = True
         self._changed.set()
         await asyncio.gather(self._scheduler, return_exceptions=True)
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        await asyncio.gather(*self._workers.values(), return_exceptions=True)
         for instance in self._instances:
             await asyncio.to_thread(instance.close)
 

@@ -7,6 +7,7 @@ import asyncio
 import enum
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from protos import layout
 from protos import model_config_pb2 as mc
 from protos.cnum import parse_version
 from protos.statistics import VersionStatistics
-from protos.status import Status, TurnoutError, internal, invalid_arg, model_not_found, unknown_model
+from protos.status import Status, TurnoutError, internal, invalid_arg, load_failed, model_not_found, unknown_model
 from protos.validation import Signature
 from sidecars.batcher import DynamicBatcher
 from sidecars.config import load_failure, normalize, poll_config, poll_failure
@@ -57,6 +58,51 @@ class State(enum.Enum):
     UNLOADING = "UNLOADING"
 
 
+@dataclass(frozen=True)
+class Origin:
+    """What a version was opened from: its model's configuration as read, before the
+    framework completed it, apart from its version_policy (which versions load) and its
+    instance_group (`groups`), and the marks of the files it depends on (`version_marks`);
+    None for uploaded files, which are new at every load."""
+
+    config: bytes
+    groups: bytes
+    files: Fingerprint | None
+
+    @classmethod
+    def of(cls, base: mc.ModelConfig, files: Fingerprint | None) -> Origin:
+        config = mc.ModelConfig()
+        config.CopyFrom(base)
+        config.ClearField("version_policy")
+        groups = mc.ModelConfig(instance_group=config.instance_group)
+        config.ClearField("instance_group")
+        return cls(config.SerializeToString(deterministic=True), groups.SerializeToString(deterministic=True), files)
+
+
+class Reuse(enum.Enum):
+    """What a load does with a READY version, as Triton's core decides (AsyncLoad): a
+    version whose configuration and files are unchanged is kept, and updated in place
+    when only its instance groups changed; any other is opened again."""
+
+    KEEP = "keep"
+    REGROUP = "regroup"
+    REOPEN = "reopen"
+
+
+def version_marks(fingerprint: Fingerprint, version: int, config_key: str | None) -> Fingerprint:
+    """The marks a version's files depend on, as Triton's timestamps count them: its own
+    folder's and those of the model folder's other files, neither version folders nor the
+    configuration (compared by its content instead)."""
+    own = str(version)
+    config_part = config_key.split("/", 1)[0] if config_key else ""
+    marks = []
+    for mark in fingerprint:
+        first, _, rest = mark[0].partition("/")
+        if first == own or not (first == config_part or (rest and layout.is_version_dir(first))):
+            marks.append(mark)
+    return tuple(marks)
+
+
 class LoadedVersion:
     """A model version that serves requests: its complete config and its batcher."""
 
@@ -67,8 +113,13 @@ class LoadedVersion:
         instances: list[ModelInstance],
         model_dir: Path,
         sequence_tensors: SequenceTensors | None = None,
+        origin: Origin | None = None,
     ) -> None:
         self.config = config
+        self.origin = origin
+        self.folder = model_dir
+        # Its instances by instance group, so an update can keep the groups it does not change.
+        self.groups = _by_group(config.instance_group, instances)
         self.name = config.name
         self.version = version
         self.version_text = str(version)
@@ -82,6 +133,34 @@ class LoadedVersion:
             self.batcher = SequenceBatcher(config, instances, self.stats, sequence_tensors)
         else:
             self.batcher = DynamicBatcher(config, instances, self.stats)
+
+    def reuse(self, origin: Origin) -> Reuse:
+        """What a load that finds `origin` does with this version."""
+        before = self.origin
+        if before is None or origin.files is None or (before.config, before.files) != (origin.config, origin.files):
+            return Reuse.REOPEN
+        if before.groups == origin.groups:
+            return Reuse.KEEP
+        # Sequences hold slots on their instances: such a model is opened again.
+        if self.groups is None or not isinstance(self.batcher, DynamicBatcher):
+            return Reuse.REOPEN
+        return Reuse.REGROUP
+
+    async def regroup(
+        self,
+        config: mc.ModelConfig,
+        groups: list[tuple[bytes, list[ModelInstance]]],
+        added: list[ModelInstance],
+        removed: list[ModelInstance],
+        origin: Origin,
+    ) -> None:
+        """Serve with the instance groups of `config` (normalized): `groups` its instances
+        by group, of which `added` are new and `removed` go once their batch is done."""
+        del self.config.instance_group[:]
+        self.config.instance_group.extend(config.instance_group)
+        self.groups, self.origin = groups, origin
+        assert isinstance(self.batcher, DynamicBatcher)  # see `reuse`
+        await self.batcher.update_instances(added, removed)
 
     async def close(self) -> None:
         """Finish every request already queued or running, then release the instances."""
@@ -212,7 +291,7 @@ class ModelManager:
         try:
             await self._load(name, override, files)
         except TurnoutError as exc:
-            log.error("%s", exc.message)
+            log.error("%s", exc.message.rstrip("\n"))
             raise
 
     async def _load(self, name: str, override: mc.ModelConfig | None, files: dict[str, bytes] | None) -> None:
@@ -233,9 +312,11 @@ class ModelManager:
             localized = await asyncio.to_thread(self.repository.localize, found)
             folder, fingerprint = localized.path, found.fingerprint
         entry = self.models.setdefault(name, ModelEntry(name))
+        marks = None if uploaded is not None else fingerprint  # uploaded files are new at every load
+        copied = localized is not None and localized.copied
         async with entry.lock:
             try:
-                await self._load_versions(entry, folder, override)
+                opened = await self._load_versions(entry, folder, override, marks, copied)
             except BaseException:
                 entry.fingerprint = fingerprint  # a poll tries it again only once its files change
                 if uploaded is not None:
@@ -246,17 +327,32 @@ class ModelManager:
             finally:
                 self.changed.set()
             entry.fingerprint = fingerprint
-            if entry.uploaded is not None and entry.uploaded is not uploaded:
-                entry.uploaded.remove()
-            if entry.localized is not None:
-                entry.localized.release()  # a remote model's previous copy
-            entry.uploaded, entry.localized = uploaded, localized
+            if opened:
+                if entry.uploaded is not None and entry.uploaded is not uploaded:
+                    entry.uploaded.remove()
+                if entry.localized is not None:
+                    entry.localized.release()  # a remote model's previous copy
+                entry.uploaded, entry.localized = uploaded, localized
+            elif localized is not None:
+                localized.release()  # every version kept serving from the copy it was opened from
             # Off the loop: uploaded files are copied into the journal, to load again after a restart.
             await asyncio.to_thread(self.journal.loaded, name, override, files if uploaded is not None else None)
 
-    async def _load_versions(self, entry: ModelEntry, folder: Path, override: mc.ModelConfig | None) -> None:
+    async def _load_versions(
+        self,
+        entry: ModelEntry,
+        folder: Path,
+        override: mc.ModelConfig | None,
+        marks: Fingerprint | None,
+        copied: bool,
+    ) -> bool:
         """Triton's order: the configuration on its own, then the versions, then each
-        version's files and the framework's own checks; the failures in its words."""
+        version's files and the framework's own checks; the failures in its words.
+
+        A READY version whose configuration and files are what it was opened from is kept
+        as it is (its instances, statistics and live sequences), as Triton's core keeps
+        it; the others are opened from `folder`. A fresh copy of a remote model (`copied`)
+        serves every version or none. Returns whether any version was opened."""
         name = entry.name
         auto_complete = self.settings.auto_complete_config
         try:
@@ -270,7 +366,7 @@ class ModelManager:
                 await asyncio.to_thread(check_dependencies, base, self.repository.config_text)
             except TurnoutError as exc:  # Triton does not load such an ensemble at all
                 entry.failure, entry.config_failed = exc.message, True
-                raise invalid_arg(f"load failed for model '{name}': {exc.message}") from None
+                raise load_failed(name, exc.message) from None
         available = version_numbers(folder)
         for missing in sorted(set(base.version_policy.specific.versions) - set(available)):
             log.error("version %d is specified for model '%s', but the version directory is not present", missing, name)
@@ -278,43 +374,122 @@ class ModelManager:
         if not versions:
             reason = f"at least one version must be available under the version policy of model '{name}'"
             entry.failure, entry.config_failed = reason, False
-            raise invalid_arg(f"load failed for model '{name}': {reason}")
+            raise load_failed(name, reason)
         entry.failure, entry.config_failed = "", False
-        for version in versions:
+        config_key = layout.config_key((mark[0] for mark in marks), self.settings.model_config_name) if marks else None
+        origins = {v: Origin.of(base, None if marks is None else version_marks(marks, v, config_key)) for v in versions}
+        reuse = {v: Reuse.REOPEN for v in versions}
+        if base.platform != ENSEMBLE_PLATFORM:  # Triton loads an ensemble again whole
+            for version in versions:
+                slot = entry.versions.get(version)
+                if slot is not None and slot.state is State.READY and slot.loaded is not None:
+                    reuse[version] = slot.loaded.reuse(origins[version])
+            if copied and Reuse.REOPEN in reuse.values():
+                reuse = {v: Reuse.REOPEN for v in versions}
+        opening = [v for v in versions if reuse[v] is Reuse.REOPEN]
+        regrouping = [v for v in versions if reuse[v] is Reuse.REGROUP]
+        for version in opening:
             slot = entry.versions.get(version)
             if slot is None or slot.state is not State.READY:
                 entry.versions[version] = VersionSlot(State.LOADING)
+        for version in versions:
+            if reuse[version] is not Reuse.REOPEN:
+                entry.versions[version].reason = ""  # as Triton's update clears it first
+            if reuse[version] is Reuse.KEEP:
+                log.info("version %d of model '%s' is unchanged: it keeps serving as loaded", version, name)
+            elif reuse[version] is Reuse.REGROUP:
+                log.info("version %d of model '%s' gets its new instance groups in place", version, name)
         results = await asyncio.gather(
-            *(self._open_version(base, folder / str(v)) for v in versions), return_exceptions=True
+            *(self._open_version(base, folder / str(v)) for v in opening),
+            *(self._regroup(entry.versions[v], base, origins[v]) for v in regrouping),
+            return_exceptions=True,
         )
-        failures = []
+        failures: list[tuple[int, bool, str]] = []  # (version, whether it was an update, why)
         loaded: dict[int, LoadedVersion] = {}
-        for version, result in zip(versions, results, strict=True):
+        for version, result in zip(opening + regrouping, results, strict=True):
             if isinstance(result, BaseException):
                 reason = result.as_string() if isinstance(result, TurnoutError) else f"Internal: {result}"
-                failures.append((version, reason))
-            else:
+                failures.append((version, reuse[version] is Reuse.REGROUP, reason))
+            elif result is not None:
                 config, instances, tensors, load_secs = result
-                loaded[version] = LoadedVersion(config, version, instances, folder, tensors)
+                loaded[version] = LoadedVersion(config, version, instances, folder, tensors, origins[version])
                 loaded[version].stats.load_secs = load_secs
         if failures:
             await asyncio.gather(*(v.close() for v in loaded.values()))
-            for version, reason in failures:
+            for version, updating, reason in failures:
                 slot = entry.versions[version]
-                if slot.state is not State.READY:
+                if updating:
+                    slot.reason = reason  # it goes on serving as it was, saying why
+                elif slot.state is not State.READY:
                     entry.versions[version] = VersionSlot(State.UNAVAILABLE, reason)
             for version in loaded:
                 if entry.versions[version].state is State.LOADING:
                     entry.versions[version] = VersionSlot(State.UNAVAILABLE, UNLOADED)
-            detail = "".join(f"version {v} is at UNAVAILABLE state: {r};" for v, r in failures)
-            raise invalid_arg(f"load failed for model '{name}': {detail}")
-        retired = [slot.loaded for slot in entry.versions.values() if slot.loaded is not None]
+            detail = "".join(
+                f"version {v} is at {'READY' if updating else 'UNAVAILABLE'} state: {r};"
+                for v, updating, r in sorted(failures)
+            )
+            raise load_failed(name, detail)
+        retired = [
+            slot.loaded
+            for version, slot in entry.versions.items()
+            if slot.loaded is not None and reuse.get(version, Reuse.REOPEN) is Reuse.REOPEN
+        ]
         for version in list(entry.versions):
-            if version not in loaded:
+            if version not in loaded and reuse.get(version, Reuse.REOPEN) is Reuse.REOPEN:
                 entry.versions[version] = VersionSlot(State.UNAVAILABLE, UNLOADED)
         for version, version_loaded in loaded.items():
             entry.versions[version] = VersionSlot(State.READY, loaded=version_loaded)
         await asyncio.gather(*(old.close() for old in retired))
+        return bool(opening)
+
+    async def _regroup(self, slot: VersionSlot, base: mc.ModelConfig, origin: Origin) -> None:
+        """Triton's in-place update of a READY version's instance groups (UpdateInstanceGroup):
+        the new groups normalized and checked, a group found unchanged (its name aside)
+        keeps its instances, the others are opened and warmed up, and the instances of
+        groups no longer there go once their batch is done. Raises, changing nothing, when
+        the groups are refused or a new instance fails."""
+        loaded = slot.loaded
+        assert loaded is not None and loaded.groups is not None
+        config = mc.ModelConfig()
+        config.CopyFrom(loaded.config)
+        del config.instance_group[:]
+        config.instance_group.extend(base.instance_group)
+        gpus = list(range(self.runtime.gpu_count()))
+        normalize_instance_groups(config, gpus)
+        validate_instance_groups(config, gpus)
+        unchanged: dict[bytes, list[list[ModelInstance]]] = {}
+        for key, instances in loaded.groups:
+            unchanged.setdefault(key, []).append(instances)
+        kept: list[tuple[bytes, list[ModelInstance]] | None] = []
+        creating = mc.ModelConfig()
+        creating.CopyFrom(config)
+        del creating.instance_group[:]
+        for group in config.instance_group:
+            key = _group_key(group)
+            if unchanged.get(key):
+                kept.append((key, unchanged[key].pop(0)))
+            else:
+                kept.append(None)
+                creating.instance_group.append(group)
+        added: list[ModelInstance] = []
+        if creating.instance_group:
+            version_dir = loaded.folder / loaded.version_text
+            added = await asyncio.to_thread(self.runtime.load, creating, version_dir)
+            created = _by_group(creating.instance_group, added)
+            try:
+                if created is None:
+                    raise internal(f"model '{config.name}' opened instances its instance groups do not account for")
+                await warm_up(config, added, loaded.folder)
+            except BaseException:
+                await asyncio.gather(*(asyncio.to_thread(i.close) for i in added))
+                raise
+            new_groups = iter(created)
+            groups = [each if each is not None else next(new_groups) for each in kept]
+        else:
+            groups = [each for each in kept if each is not None]
+        removed = [instance for lists in unchanged.values() for instances in lists for instance in instances]
+        await loaded.regroup(config, groups, added, removed, origin)
 
     async def _open_version(
         self, base: mc.ModelConfig, version_dir: Path
@@ -509,6 +684,30 @@ class ModelManager:
                     continue
                 entries.append(IndexEntry(name, str(version), slot.state.value, slot.reason))
         return entries
+
+
+def _group_key(group: mc.ModelInstanceGroup) -> bytes:
+    """An instance group as Triton matches instances across an update: all but its name."""
+    key = mc.ModelInstanceGroup()
+    key.CopyFrom(group)
+    key.ClearField("name")
+    serialized: bytes = key.SerializeToString(deterministic=True)
+    return serialized
+
+
+def _by_group(
+    groups: Sequence[mc.ModelInstanceGroup], instances: Sequence[ModelInstance]
+) -> list[tuple[bytes, list[ModelInstance]]] | None:
+    """`instances`, as a runtime opens them (group by group, `count` on each of a GPU
+    group's GPUs), cut by group; None where they do not add up."""
+    cut: list[tuple[bytes, list[ModelInstance]]] = []
+    at = 0
+    for group in groups:
+        gpus = len(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU and group.gpus else 1
+        count = group.count * gpus
+        cut.append((_group_key(group), list(instances[at : at + count])))
+        at += count
+    return cut if at == len(instances) else None
 
 
 def _replayed(replay: Replay | None) -> tuple[mc.ModelConfig | None, dict[str, bytes] | None]:

@@ -595,7 +595,7 @@ def test_an_ensemble_whose_step_cannot_load_is_not_loaded_either(explicit: Serve
         client.load_model("ghost")
     assert caught.value.message() == (
         "load failed for model 'ghost': ensemble ghost contains models that are not available or ambiguous: "
-        "no_such_model"
+        "no_such_model\n"
     )
     assert not client.is_model_ready("ghost")
     assert client.is_model_ready("chain")  # the server keeps serving

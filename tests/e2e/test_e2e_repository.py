@@ -22,10 +22,11 @@ from tests.e2e.simple_requests import (
     assert_http_serves,
     check_simple,
     error_of,
+    grpc_inputs,
     http_inputs,
     simple_arrays,
 )
-from tests.harness import Server, onnx_identity_bytes
+from tests.harness import Server, make_models, onnx_identity_bytes, turnout_up
 
 REFUSED = "explicit model load / unload is not allowed if polling is enabled"
 
@@ -139,6 +140,70 @@ def test_config_override(explicit_server: Server, protocol: str) -> None:
         batch = config["max_batch_size"] if protocol == "http" else config.config.max_batch_size
         assert batch == 8
     assert_http_serves(explicit_server.http)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_loading_an_unchanged_model_again_keeps_it_serving_as_it_was(explicit_server: Server, protocol: str) -> None:
+    """Triton keeps a READY version whose files and config a load finds unchanged: its
+    statistics go on counting (checked on Triton 2.51); a new config starts them again."""
+    module = httpclient if protocol == "http" else grpcclient
+    url = explicit_server.http if protocol == "http" else explicit_server.grpc
+
+    def count(client: httpclient.InferenceServerClient | grpcclient.InferenceServerClient) -> int:
+        if isinstance(client, httpclient.InferenceServerClient):
+            stats = client.get_inference_statistics("simple", "1")["model_stats"]
+        else:
+            stats = client.get_inference_statistics("simple", "1", as_json=True)["model_stats"]
+        return int(stats[0].get("inference_count", 0))
+
+    with module.InferenceServerClient(url) as client:
+        client.load_model("simple", config='{"max_batch_size": "4"}')
+        before = count(client)
+        a, b = simple_arrays()
+        inputs = http_inputs(a, b) if protocol == "http" else grpc_inputs(a, b)
+        for _ in range(3):
+            client.infer("simple", inputs)
+        client.load_model("simple", config='{"max_batch_size": "4"}')
+        client.infer("simple", inputs)
+        assert count(client) == before + 4
+        client.load_model("simple")  # config.pbtxt's max_batch_size 8: opened again
+        assert count(client) == 0
+    assert_http_serves(explicit_server.http)
+
+
+def test_an_instance_group_change_is_applied_in_place(tmp_path: Path) -> None:
+    """As Triton 2.51 does (checked side by side): a new instance_group serves at once
+    with the version's statistics kept; one Triton refuses leaves it serving as it was,
+    READY with the reason in the index."""
+    model_dir = make_models().write_simple(tmp_path)
+    config = model_dir / "config.pbtxt"
+    text = config.read_text()
+    with turnout_up(tmp_path, "--model-control-mode=explicit", "--load-model=simple") as server:
+        http = httpclient.InferenceServerClient(server.http)
+        grpc_client = grpcclient.InferenceServerClient(server.grpc)
+        a, b = simple_arrays()
+        for _ in range(2):
+            check_simple(http.infer("simple", http_inputs(a, b)), a, b)
+        config.write_text(text + "instance_group [{ count: 3 kind: KIND_CPU }]\n")
+        http.load_model("simple")
+        assert http.get_model_config("simple")["instance_group"][0]["count"] == 3
+        assert grpc_client.get_model_config("simple").config.instance_group[0].count == 3
+        check_simple(grpc_client.infer("simple", grpc_inputs(a, b)), a, b)
+        assert http.get_inference_statistics("simple")["model_stats"][0]["inference_count"] == 3
+
+        config.write_text(text + "instance_group [{ count: 1 kind: KIND_CPU gpus: [0] }]\n")
+        reason = (
+            "Invalid argument: instance group simple_0 of model simple has kind KIND_CPU but specifies one or more GPUs"
+        )
+        expected = f"load failed for model 'simple': version 1 is at READY state: {reason};\n"
+        for client, status in ((http, "400"), (grpc_client, "StatusCode.INVALID_ARGUMENT")):
+            error = error_of(client.load_model, "simple")
+            assert (error.status(), error.message()) == (status, expected)
+        [entry] = [e for e in http.get_model_repository_index() if e["name"] == "simple"]
+        assert entry == {"name": "simple", "version": "1", "state": "READY", "reason": reason}
+        assert http.get_model_config("simple")["instance_group"][0]["count"] == 3
+        check_simple(http.infer("simple", http_inputs(a, b)), a, b)
+        assert http.is_server_ready()
 
 
 def test_load_unknown_model(explicit_server: Server) -> None:

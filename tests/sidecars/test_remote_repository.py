@@ -104,6 +104,13 @@ def test_explicit_load_with_the_endpoint_in_the_url(
         assert list(aws.glob("turnout-remote-*")) == []  # nothing is copied before a load
         client.load_model("linear")
         assert (linear_answer(client, "1"), linear_answer(client, "2")) == (1.0, 2.0)
+        # Loaded again unchanged, both versions keep serving from the first copy (with
+        # their statistics); the second copy is not kept.
+        client.load_model("linear")
+        assert len(list(aws.glob("turnout-remote-*"))) == 1
+        assert (linear_answer(client, "1"), linear_answer(client, "2")) == (1.0, 2.0)
+        stats = client.get_inference_statistics("linear", as_json=True)["model_stats"]
+        assert {s["version"]: s["inference_count"] for s in stats} == {"1": "2", "2": "2"}
         client.unload_model("linear")
         assert not client.is_model_ready("linear")
         assert list(aws.glob("turnout-remote-*")) == []

@@ -15,6 +15,9 @@ from tritonclient.utils import InferenceServerException
 from tests.harness import make_models
 from tests.sidecars.sidecar_harness import Sidecar, SidecarFailedToStart, launch, running, simple_inputs
 
+# A minute before an idle sequence is let go, so no slow step loses it.
+LONG_IDLE = "max_sequence_idle_microseconds: 60000000"
+
 
 @pytest.fixture
 def main(main_sidecar: Sidecar) -> grpcclient.InferenceServerClient:
@@ -218,3 +221,27 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
     result, error = answers[0]
     assert error is None, error
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data + 1)  # type: ignore[attr-defined]
+
+
+def test_a_sequence_goes_on_through_a_load_that_keeps_its_version(tmp_path: Path) -> None:
+    """A load that finds the model unchanged keeps the version serving as it was, open
+    sequences and their state included (as Triton's in-place update); a load that opens
+    the version again loses them, as Triton's full reload does."""
+    model_dir = make_models().write_sequence(tmp_path, "running_sum", ("READY",), state=True, strategy=LONG_IDLE)
+    config = model_dir / "config.pbtxt"
+
+    def step(client: grpcclient.InferenceServerClient, value: int, start: bool = False) -> int:
+        tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.full([1, 1], value, dtype=np.int32))
+        result = client.infer("running_sum", [tensor], sequence_id=7, sequence_start=start)
+        return int(result.as_numpy("OUTPUT")[0, 0])
+
+    with running(tmp_path, "--model-control-mode=explicit", "--load-model=running_sum") as sidecar:
+        client = grpcclient.InferenceServerClient(sidecar.url)
+        assert (step(client, 2, start=True), step(client, 3)) == (2, 5)
+        client.load_model("running_sum")
+        assert step(client, 4) == 9
+        config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
+        client.load_model("running_sum")
+        with pytest.raises(InferenceServerException, match="must specify the START flag"):
+            step(client, 1)

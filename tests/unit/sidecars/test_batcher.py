@@ -540,6 +540,44 @@ async def test_close_runs_what_is_queued_then_refuses_new_requests_and_closes_th
     assert virtual_us() == 10
 
 
+# -- an instance-group update --------------------------------------------------------------
+
+
+@virtual_time
+async def test_an_added_instance_takes_batches_at_once() -> None:
+    model = Model(None, runs_for_us=(1000,))
+    added = RecordingInstance(double, 1000)
+    await model.batcher.update_instances([added], [])
+    calls = [model.send(number) for number in (1, 2)]
+    assert [await outputs_of(call) for call in calls] == [[[2]], [[4]]]
+    assert [len(instance.runs) for instance in (*model.instances, added)] == [1, 1]  # side by side
+    assert virtual_us() == 1000
+    assert model.batcher.instance_count == 2
+
+
+@virtual_time
+async def test_a_removed_instance_finishes_its_batch_takes_no_other_and_is_closed() -> None:
+    busy, idle = RecordingInstance(double, 1000), RecordingInstance(double, 1000)
+    model = Model(None, instances=[busy, idle])
+    first = model.send(1)
+    await until_us(10)  # `busy` or `idle` runs [1]; the other waits
+    running = busy if busy.runs else idle
+    waiting = idle if running is busy else busy
+    update = asyncio.create_task(model.batcher.update_instances([], [running, waiting]))
+    await until_us(20)
+    assert waiting.closed and not running.closed  # the idle one goes at once
+    added = RecordingInstance(double, 1000)
+    await model.batcher.update_instances([added], [])
+    later = model.send(2)
+    assert await outputs_of(first) == [[2]] and await outputs_of(later) == [[4]]
+    await update
+    assert running.closed
+    assert (len(running.runs), len(waiting.runs), len(added.runs)) == (1, 0, 1)
+    assert model.batcher.instance_count == 1
+    await model.batcher.close()
+    assert added.closed
+
+
 # -- run_now: a request handed straight to an idle instance that runs inline ---------------
 
 

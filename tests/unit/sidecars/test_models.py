@@ -10,6 +10,7 @@ look at them wrap the real runtime in GatedRuntime, which holds those calls at a
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -22,7 +23,8 @@ from protos import model_config_pb2 as mc
 from protos.status import Status, TurnoutError
 from scripts import make_models
 from sidecars.config import parse_override
-from sidecars.models import IndexEntry, ModelManager
+from sidecars.journal import LoadJournal
+from sidecars.models import IndexEntry, LoadedVersion, ModelManager
 from sidecars.runtime import ModelInstance, Runtime, runtime_for
 from sidecars.settings import ControlMode, SidecarSettings
 
@@ -271,7 +273,7 @@ async def test_a_version_that_fails_to_load_is_listed_unavailable_with_its_reaso
 
     failures = await manager.start()
 
-    assert failures == [f"load failed for model 'no_dims': version 1 is at UNAVAILABLE state: {NO_DIMS_REASON};"]
+    assert failures == [f"load failed for model 'no_dims': version 1 is at UNAVAILABLE state: {NO_DIMS_REASON};\n"]
     assert await entries(manager, "no_dims") == [("1", "UNAVAILABLE", NO_DIMS_REASON)]
     assert await entries(manager, "simple") == [("1", "READY", "")]  # the others still load
     assert await entries(manager, "no_dims", ready_only=True) == []
@@ -288,7 +290,7 @@ async def test_a_version_whose_model_file_onnx_runtime_cannot_read_is_listed_wit
     [(version, state, reason)] = await entries(manager, "simple")
     assert (version, state) == ("1", "UNAVAILABLE")
     assert reason.startswith("Internal: onnx runtime error: ")
-    assert failure == f"load failed for model 'simple': version 1 is at UNAVAILABLE state: {reason};"
+    assert failure == f"load failed for model 'simple': version 1 is at UNAVAILABLE state: {reason};\n"
 
 
 async def test_one_version_failing_to_load_unloads_the_versions_loaded_with_it(
@@ -516,21 +518,22 @@ async def test_a_reload_with_a_version_policy_override_serves_only_the_versions_
     make_models.write_linear(repository)
     manager = managers(repository, "explicit", load_models=("linear",))
     await manager.start()
+    version_1 = manager.resolve("linear", "1")
 
     await manager.load("linear", parse_override(make_models.linear_override([1], warm=False)))
 
     assert await entries(manager, "linear") == [("1", "READY", ""), ("2", "UNAVAILABLE", "unloaded")]
     assert manager.resolve("linear", "").version == 1
-    assert list(manager.resolve("linear", "1").config.version_policy.specific.versions) == [1]
+    # Only the policy changed, so version 1 keeps serving as it was, with the config it
+    # was loaded with (Triton's core updates it in place; its config still says `all`).
+    assert manager.resolve("linear", "1") is version_1
+    assert version_1.config.version_policy.WhichOneof("policy_choice") == "all"
 
 
 async def test_a_reload_that_fails_keeps_serving_the_versions_already_ready(
     repository: Path, managers: ManagerFactory
 ) -> None:
-    model_dir = make_models.write_linear(repository)
-    manager = managers(repository, "explicit", load_models=("linear",))
-    await manager.start()
-    serving = {v.version: v for v in manager.ready_versions("linear")}
+    model_dir, manager, serving = await serving_linear(repository, managers)
     spoil(model_dir / "2")
 
     with pytest.raises(TurnoutError) as raised:
@@ -675,6 +678,222 @@ async def test_a_poll_leaves_an_unchanged_model_loaded_as_it_was(repository: Pat
     assert manager.resolve("simple", "1") is serving
 
 
+# -- a load keeps what has not changed ------------------------------------------------------
+# Triton's core keeps a READY version whose files and configuration (its version_policy
+# aside) a load finds unchanged, with its instances, statistics and sequences
+# (ModelLifeCycle::AsyncLoad); the others are opened again.
+
+
+async def serving_linear(
+    repository: Path, managers: ManagerFactory, runtime: Runtime | None = None
+) -> tuple[Path, ModelManager, dict[int, LoadedVersion]]:
+    """`linear` (versions 1 and 2) loaded in explicit mode: its folder, manager and versions."""
+    model_dir = make_models.write_linear(repository)
+    manager = managers(repository, "explicit", load_models=("linear",), runtime=runtime)
+    await manager.start()
+    return model_dir, manager, {v.version: v for v in manager.ready_versions("linear")}
+
+
+def touch(path: Path) -> None:
+    """Give a file a later modification time, as an editor's save would."""
+    mark = path.stat().st_mtime_ns + 1_000_000_000
+    os.utime(path, ns=(mark, mark))
+
+
+async def test_loading_an_unchanged_model_again_keeps_every_version_as_it_is(
+    repository: Path, managers: ManagerFactory
+) -> None:
+    make_models.write_linear(repository)
+    runtime = gated()
+    manager = managers(repository, "explicit", load_models=("linear",), runtime=runtime)
+    await manager.start()
+    serving = {v.version: v for v in manager.ready_versions("linear")}
+
+    await manager.load("linear")
+    await manager.load("linear")
+
+    assert {v.version: v for v in manager.ready_versions("linear")} == serving
+    assert runtime.loads == 2  # once per version, at start
+    assert not any(instance.closed for instance in runtime.instances)
+
+
+async def test_a_load_opens_again_only_the_version_whose_files_changed(
+    repository: Path, managers: ManagerFactory
+) -> None:
+    runtime = gated()
+    model_dir, manager, serving = await serving_linear(repository, managers, runtime)
+    touch(model_dir / "2" / "model.onnx")
+
+    await manager.load("linear")
+
+    assert manager.resolve("linear", "1") is serving[1]
+    assert manager.resolve("linear", "2") is not serving[2]
+    assert runtime.loads == 3
+    assert await entries(manager, "linear") == [("1", "READY", ""), ("2", "READY", "")]
+
+
+@pytest.mark.parametrize("where", ["labels.txt", "extra/notes.txt"])
+async def test_a_file_beside_the_version_folders_opens_every_version_again(
+    repository: Path, managers: ManagerFactory, where: str
+) -> None:
+    model_dir, manager, serving = await serving_linear(repository, managers)
+    (model_dir / where).parent.mkdir(exist_ok=True)
+    (model_dir / where).write_text("a\n")
+
+    await manager.load("linear")
+
+    assert all(manager.resolve("linear", str(v)) is not serving[v] for v in (1, 2))
+
+
+async def test_a_changed_configuration_opens_every_version_again_and_the_same_text_none(
+    repository: Path, managers: ManagerFactory
+) -> None:
+    model_dir, manager, serving = await serving_linear(repository, managers)
+    config = model_dir / "config.pbtxt"
+    text = config.read_text()
+    config.write_text(text)  # written again, not changed
+    touch(config)
+
+    await manager.load("linear")
+
+    assert {v.version: v for v in manager.ready_versions("linear")} == serving
+    config.write_text(text + 'parameters { key: "note" value: { string_value: "x" } }\n')
+
+    await manager.load("linear")
+
+    assert all(manager.resolve("linear", str(v)) is not serving[v] for v in (1, 2))
+    assert manager.resolve("linear", "1").config.parameters["note"].string_value == "x"
+
+
+async def test_a_load_keeps_the_statistics_of_a_version_it_keeps(repository: Path, managers: ManagerFactory) -> None:
+    _, manager, serving = await serving_linear(repository, managers)
+    serving[1].stats.load_secs = 12.5  # a mark that a fresh copy would not carry
+
+    await manager.load("linear")
+
+    assert manager.resolve("linear", "1").stats.load_secs == 12.5
+
+
+async def test_a_load_that_keeps_every_version_is_still_written_to_the_journal(
+    repository: Path, managers: ManagerFactory, tmp_path: Path
+) -> None:
+    _, manager, _ = await serving_linear(repository, managers)
+    manager.journal = LoadJournal(tmp_path / "journal")
+    override = parse_override(make_models.linear_override([1], warm=False))
+
+    await manager.load("linear", override)  # version 1 kept, version 2 unloaded
+
+    # A restarted sidecar loads it again as the client last did: version 1 alone.
+    assert manager.journal.entries()["linear"].override == override
+
+
+TWO_GROUPS = "instance_group [{{ count: 1 kind: KIND_CPU }}, {{ count: {second} kind: KIND_MODEL }}]"
+
+
+async def test_a_changed_instance_group_is_updated_in_place_keeping_the_groups_it_does_not_change(
+    repository: Path, managers: ManagerFactory
+) -> None:
+    model_dir = make_models.write_simple(repository, extra_config=TWO_GROUPS.format(second=1))
+    runtime = gated()
+    manager = managers(repository, "explicit", load_models=("simple",), runtime=runtime)
+    await manager.start()
+    serving = manager.resolve("simple", "1")
+    (model_dir / "config.pbtxt").write_text(
+        (model_dir / "config.pbtxt").read_text().replace(TWO_GROUPS.format(second=1), TWO_GROUPS.format(second=2))
+    )
+
+    await manager.load("simple")
+
+    assert manager.resolve("simple", "1") is serving  # its statistics go on
+    assert [(g.name, g.count) for g in serving.config.instance_group] == [("simple_0", 1), ("simple_1", 2)]
+    assert serving.batcher.instance_count == 3
+    # The first group's instance stays; the second group is opened again, with two.
+    assert [instance.closed for instance in runtime.instances] == [False, True, False, False]
+    assert await entries(manager, "simple") == [("1", "READY", "")]
+
+
+async def test_a_refused_instance_group_leaves_the_version_serving_as_it_was_saying_why(
+    repository: Path, managers: ManagerFactory
+) -> None:
+    model_dir = make_models.write_simple(repository)
+    manager = managers(repository, "explicit", load_models=("simple",))
+    await manager.start()
+    serving = manager.resolve("simple", "1")
+    groups = list(serving.config.instance_group)
+    config = model_dir / "config.pbtxt"
+    text = config.read_text()
+    config.write_text(text + "instance_group [{ count: 1 kind: KIND_CPU gpus: [0] }]\n")
+
+    with pytest.raises(TurnoutError) as raised:
+        await manager.load("simple")
+
+    # Triton 2.51's answer and index, word for word.
+    reason = (
+        "Invalid argument: instance group simple_0 of model simple has kind KIND_CPU but specifies one or more GPUs"
+    )
+    assert (raised.value.status, raised.value.message) == (
+        Status.INVALID_ARG,
+        f"load failed for model 'simple': version 1 is at READY state: {reason};\n",
+    )
+    assert await entries(manager, "simple") == [("1", "READY", reason)]
+    assert manager.resolve("simple", "1") is serving
+    assert list(serving.config.instance_group) == groups
+    assert manager.is_ready()
+    config.write_text(text)
+
+    await manager.load("simple")
+
+    assert await entries(manager, "simple") == [("1", "READY", "")]
+    assert manager.resolve("simple", "1") is serving
+
+
+async def test_a_sequence_model_whose_instance_group_changed_is_opened_again(
+    repository: Path, managers: ManagerFactory
+) -> None:
+    model_dir = make_models.write_sequence(repository, "running_sum", ("READY",), state=True, instances=1)
+    manager = managers(repository, "explicit", load_models=("running_sum",))
+    await manager.start()
+    serving = manager.resolve("running_sum", "1")
+    config = model_dir / "config.pbtxt"
+    config.write_text(config.read_text().replace("count: 1 ", "count: 2 "))
+
+    await manager.load("running_sum")
+
+    assert manager.resolve("running_sum", "1") is not serving
+    assert manager.resolve("running_sum", "1").config.instance_group[0].count == 2
+
+
+async def test_uploaded_files_are_opened_at_every_load(
+    repository: Path, managers: ManagerFactory, tmp_path: Path
+) -> None:
+    model_dir = make_models.write_linear(tmp_path / "source")
+    files = {"1/model.onnx": (model_dir / "1" / "model.onnx").read_bytes()}
+    override = parse_override(make_models.linear_override([1], warm=False))
+    manager = managers(repository, "explicit")
+    await manager.start()
+
+    await manager.load("linear", override, files)
+    first = manager.resolve("linear", "1")
+    await manager.load("linear", override, files)
+
+    assert manager.resolve("linear", "1") is not first  # Triton writes them to a new folder each time
+
+
+async def test_a_poll_opens_again_only_the_version_whose_files_changed(
+    repository: Path, managers: ManagerFactory
+) -> None:
+    model_dir = make_models.write_linear(repository)
+    manager = managers(repository, "poll")
+    await manager.start()
+    serving = {v.version: v for v in manager.ready_versions("linear")}
+    touch(model_dir / "1" / "model.onnx")
+
+    await manager.poll_once()
+
+    assert manager.resolve("linear", "1") is not serving[1]
+    assert manager.resolve("linear", "2") is serving[2]
+
+
 # -- version resolution -----------------------------------------------------------------------
 
 
@@ -704,9 +923,7 @@ async def test_an_empty_version_resolves_to_the_newest_ready_version(
 async def test_the_newest_ready_version_skips_a_newer_version_that_failed_to_load(
     repository: Path, managers: ManagerFactory
 ) -> None:
-    model_dir = make_models.write_linear(repository)
-    manager = managers(repository, "explicit", load_models=("linear",))
-    await manager.start()
+    model_dir, manager, _ = await serving_linear(repository, managers)
     shutil.copytree(model_dir / "2", model_dir / "3")
     spoil(model_dir / "3")
 
@@ -789,7 +1006,8 @@ async def test_concurrent_loads_of_one_model_run_one_at_a_time_and_leave_one_liv
     first = asyncio.create_task(manager.load("simple"))
     assert await reached(runtime.loading)
     runtime.loading.clear()
-    second = asyncio.create_task(manager.load("simple"))
+    # Another configuration, so the second load must open the model again.
+    second = asyncio.create_task(manager.load("simple", parse_override('{"max_batch_size": "16"}')))
     # The first load holds the model, so the second must not reach the runtime meanwhile.
     assert not await reached(runtime.loading, OVERLAP_WINDOW_S)
     runtime.loads_open.set()
@@ -797,17 +1015,12 @@ async def test_concurrent_loads_of_one_model_run_one_at_a_time_and_leave_one_liv
 
     assert runtime.most_at_once == 1
     assert await entries(manager, "simple") == [("1", "READY", "")]
+    assert manager.resolve("simple", "1").config.max_batch_size == 16
     # Two loads of two CPU instances each (Triton's default for onnxruntime): the first
     # copy's instances were closed when the second copy took over.
     assert [instance.closed for instance in runtime.instances] == [True, True, False, False]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="every load re-opens every version; Triton's core updates a READY, unchanged "
-    "version in place (ModelLifeCycle::AsyncLoad), so two loads open the model once "
-    "(triton-inference-server/server#7018, #7013; core#388)",
-)
 async def test_concurrent_loads_of_an_unchanged_model_open_it_once(repository: Path, managers: ManagerFactory) -> None:
     make_models.write_simple(repository)
     runtime = gated()
