@@ -149,7 +149,7 @@ class LoadedVersion:
     async def regroup(
         self,
         config: mc.ModelConfig,
-        groups: list[tuple[bytes, list[ModelInstance]]],
+        groups: list[tuple[bytes, int, list[ModelInstance]]],
         added: list[ModelInstance],
         removed: list[ModelInstance],
         origin: Origin,
@@ -444,11 +444,12 @@ class ModelManager:
         return bool(opening)
 
     async def _regroup(self, slot: VersionSlot, base: mc.ModelConfig, origin: Origin) -> None:
-        """Triton's in-place update of a READY version's instance groups (UpdateInstanceGroup):
-        the new groups normalized and checked, a group found unchanged (its name aside)
-        keeps its instances, the others are opened and warmed up, and the instances of
-        groups no longer there go once their batch is done. Raises, changing nothing, when
-        the groups are refused or a new instance fails."""
+        """Triton's in-place update of a READY version's instance groups (PrepareInstances):
+        the new groups normalized and checked; a group matching one it had (all but name
+        and count alike) keeps that group's instances up to its new count and opens the
+        rest after them, others are opened whole; new instances are warmed up, and those
+        no group keeps go once their batch is done. Raises, changing nothing, when the
+        groups are refused or a new instance fails."""
         loaded = slot.loaded
         assert loaded is not None and loaded.groups is not None
         config = mc.ModelConfig()
@@ -458,37 +459,43 @@ class ModelManager:
         gpus = list(range(self.runtime.gpu_count()))
         normalize_instance_groups(config, gpus)
         validate_instance_groups(config, gpus)
-        unchanged: dict[bytes, list[list[ModelInstance]]] = {}
-        for key, instances in loaded.groups:
-            unchanged.setdefault(key, []).append(instances)
-        kept: list[tuple[bytes, list[ModelInstance]] | None] = []
-        creating = mc.ModelConfig()
-        creating.CopyFrom(config)
-        del creating.instance_group[:]
+        unmatched: dict[bytes, list[tuple[int, list[ModelInstance]]]] = {}
+        for key, count, instances in loaded.groups:
+            unmatched.setdefault(key, []).append((count, instances))
+        plans: list[tuple[bytes, int, list[list[ModelInstance]], int]] = []  # key, count, kept per GPU, first new
+        removed: list[ModelInstance] = []
         for group in config.instance_group:
-            key = _group_key(group)
-            if unchanged.get(key):
-                kept.append((key, unchanged[key].pop(0)))
+            key, count, devices = _group_key(group), group.count, _devices_of(group)
+            if unmatched.get(key):
+                had, instances = unmatched[key].pop(0)
+                kept = min(had, count)
+                per_device = [instances[d * had : d * had + kept] for d in range(devices)]
+                removed += [instances[d * had + c] for d in range(devices) for c in range(kept, had)]
+                plans.append((key, count, per_device, kept))
             else:
-                kept.append(None)
-                creating.instance_group.append(group)
+                plans.append((key, count, [[] for _ in range(devices)], 0))
+        removed += [instance for groups in unmatched.values() for _, instances in groups for instance in instances]
+        opening = sum((count - first) * len(per_device) for _, count, per_device, first in plans)
         added: list[ModelInstance] = []
-        if creating.instance_group:
-            version_dir = loaded.folder / loaded.version_text
-            added = await asyncio.to_thread(self.runtime.load, creating, version_dir)
-            created = _by_group(creating.instance_group, added)
+        if opening:
+            firsts = [first for *_, first in plans]
+            added = await asyncio.to_thread(self.runtime.load, config, loaded.folder / loaded.version_text, firsts)
             try:
-                if created is None:
-                    raise internal(f"model '{config.name}' opened instances its instance groups do not account for")
+                if len(added) != opening:
+                    raise internal(f"model '{config.name}' opened {len(added)} instances, not {opening}")
                 await warm_up(config, added, loaded.folder)
             except BaseException:
                 await asyncio.gather(*(asyncio.to_thread(i.close) for i in added))
                 raise
-            new_groups = iter(created)
-            groups = [each if each is not None else next(new_groups) for each in kept]
-        else:
-            groups = [each for each in kept if each is not None]
-        removed = [instance for lists in unchanged.values() for instances in lists for instance in instances]
+        groups: list[tuple[bytes, int, list[ModelInstance]]] = []
+        at = 0
+        for key, count, per_device, first in plans:
+            fresh = count - first
+            instances = []
+            for device, kept_here in enumerate(per_device):
+                instances += kept_here + added[at + device * fresh : at + (device + 1) * fresh]
+            at += fresh * len(per_device)
+            groups.append((key, count, instances))
         await loaded.regroup(config, groups, added, removed, origin)
 
     async def _open_version(
@@ -687,26 +694,32 @@ class ModelManager:
 
 
 def _group_key(group: mc.ModelInstanceGroup) -> bytes:
-    """An instance group as Triton matches instances across an update: all but its name."""
+    """An instance group as Triton matches instances across an update: all but its name
+    and count."""
     key = mc.ModelInstanceGroup()
     key.CopyFrom(group)
     key.ClearField("name")
+    key.ClearField("count")
     serialized: bytes = key.SerializeToString(deterministic=True)
     return serialized
 
 
+def _devices_of(group: mc.ModelInstanceGroup) -> int:
+    """How many GPUs a group runs `count` instances on (1 for the other kinds)."""
+    return len(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU and group.gpus else 1
+
+
 def _by_group(
     groups: Sequence[mc.ModelInstanceGroup], instances: Sequence[ModelInstance]
-) -> list[tuple[bytes, list[ModelInstance]]] | None:
-    """`instances`, as a runtime opens them (group by group, `count` on each of a GPU
-    group's GPUs), cut by group; None where they do not add up."""
-    cut: list[tuple[bytes, list[ModelInstance]]] = []
+) -> list[tuple[bytes, int, list[ModelInstance]]] | None:
+    """`instances`, as a runtime opens them (group by group, GPU by GPU), cut by group as
+    (key, count, instances); None where they do not add up."""
+    cut: list[tuple[bytes, int, list[ModelInstance]]] = []
     at = 0
     for group in groups:
-        gpus = len(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU and group.gpus else 1
-        count = group.count * gpus
-        cut.append((_group_key(group), list(instances[at : at + count])))
-        at += count
+        size = group.count * _devices_of(group)
+        cut.append((_group_key(group), group.count, list(instances[at : at + size])))
+        at += size
     return cut if at == len(instances) else None
 
 

@@ -85,8 +85,11 @@ class Runtime(Protocol):
         """
         ...
 
-    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
-        """Blocking: one instance per instance_group instance of a complete config."""
+    def load(self, config: mc.ModelConfig, version_dir: Path, first: Sequence[int] = ()) -> list[ModelInstance]:
+        """Blocking: one instance per instance_group instance of a complete config, group
+        by group and, in a GPU group, GPU by GPU. With `first`, group g opens only its
+        instances numbered first[g] and up (on each of its GPUs), as an in-place update
+        adds instances after those a group has."""
         ...
 
 
@@ -117,6 +120,7 @@ class ThreadedInstance:
     """
 
     def __init__(self, name: str) -> None:
+        self.name = name  # Triton's instance name, <group>_<number>
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._inline = False  # on the thread until measured
         self._fastest_ns = _UNMEASURED  # of this window's runs
@@ -175,7 +179,7 @@ class UnavailableRuntime:
     def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
         raise unavailable(self.reason)
 
-    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+    def load(self, config: mc.ModelConfig, version_dir: Path, first: Sequence[int] = ()) -> list[ModelInstance]:
         raise unavailable(self.reason)
 
 

@@ -4,7 +4,7 @@ steps on the sidecars that own their models."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,6 @@ class EnsembleRuntime:
     def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
         """Triton completes nothing for an ensemble: it must name its inputs and outputs."""
 
-    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+    def load(self, config: mc.ModelConfig, version_dir: Path, first: Sequence[int] = ()) -> list[ModelInstance]:
         validate_ensemble(config)
         return [GatewayExecuted(config.name)]

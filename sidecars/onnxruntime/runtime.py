@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +56,15 @@ class OnnxRuntime:
 
         auto_complete(config, read_signature, default_max_batch_size)
 
-    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+    def load(self, config: mc.ModelConfig, version_dir: Path, first: Sequence[int] = ()) -> list[ModelInstance]:
         path = _model_path(config, version_dir)
         options = _session_options(config)
         instances: list[ModelInstance] = []
-        for group in config.instance_group:
+        for number, group in enumerate(config.instance_group):
+            start = first[number] if number < len(first) else 0
             for index, device in enumerate(instance_devices(group)):
+                if index % group.count < start:
+                    continue
                 name = f"{group.name}_{index}"
                 placement = place(config, device, self._available)
                 for warning in placement.warnings:

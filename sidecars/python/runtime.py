@@ -93,7 +93,7 @@ class PythonRuntime:
             child.stop()
         merge_completion(config, read_config_json(completed, config.name))
 
-    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+    def load(self, config: mc.ModelConfig, version_dir: Path, first: Sequence[int] = ()) -> list[ModelInstance]:
         if EXECUTION_ENV_PATH in config.parameters:
             raise unsupported(
                 f"model '{config.name}' sets the {EXECUTION_ENV_PATH} parameter: turnout's python sidecar runs "
@@ -103,10 +103,11 @@ class PythonRuntime:
         text = config_json(config)
         instances: list[ModelInstance] = []
         try:
-            for group in config.instance_group:
+            for number, group in enumerate(config.instance_group):
+                start = first[number] if number < len(first) else 0
                 devices = list(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU and group.gpus else [0]
                 for device in devices:
-                    for index in range(group.count):
+                    for index in range(start, group.count):
                         name = f"{group.name}_{index}" if len(devices) == 1 else f"{group.name}_{device}_{index}"
                         args = {
                             "model_config": text,

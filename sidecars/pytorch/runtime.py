@@ -8,7 +8,7 @@ import contextlib
 import inspect
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,9 +54,12 @@ class TorchRuntime:
             "skipping model configuration auto-complete for '%s': not supported for pytorch backend", config.name
         )
 
-    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+    def load(self, config: mc.ModelConfig, version_dir: Path, first: Sequence[int] = ()) -> list[ModelInstance]:
         devices = [
-            (f"{group.name}_{i}", device) for group in config.instance_group for i, device in _devices(config, group)
+            (f"{group.name}_{i}", device)
+            for number, group in enumerate(config.instance_group)
+            for i, device in _devices(config, group)
+            if i % group.count >= (first[number] if number < len(first) else 0)
         ]
         refuse_optional_inputs(config)
         parameters = {key: value.string_value for key, value in config.parameters.items()}

@@ -10,6 +10,7 @@ the runtime fails without a GPU: the sidecar then refuses to start (RuntimeUnava
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,13 +93,14 @@ class TensorrtRuntime:
             raise internal(f"unable to load plan file to auto complete config: {path}")
         auto_complete(config, engine_tensors(engine))
 
-    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+    def load(self, config: mc.ModelConfig, version_dir: Path, first: Sequence[int] = ()) -> list[ModelInstance]:
         refuse_optional_inputs(config)
         path = model_file(config, version_dir)
         engines: dict[int, Any] = {}  # one deserialized engine per GPU, shared by its contexts
         instances: list[ModelInstance] = []
         try:
-            for group in config.instance_group:
+            for number, group in enumerate(config.instance_group):
+                start = first[number] if number < len(first) else 0
                 check_instance_kind(config, group)
                 for gpu in group.gpus:
                     if not 0 <= gpu < self._count:
@@ -107,7 +109,7 @@ class TensorrtRuntime:
                             f"gpu id {gpu}"
                         )
                     # As Triton, each GPU's instances are <group>_0 .. <group>_<count - 1>.
-                    for index in range(group.count):
+                    for index in range(start, group.count):
                         name = f"{group.name}_{index}"
                         require_model_file(path, name)
                         if gpu not in engines:

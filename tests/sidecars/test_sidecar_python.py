@@ -7,19 +7,22 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from gateway.settings import SidecarAddress
 from protos import grpc_service_pb2 as pb
 from protos import grpc_service_pb2_grpc as pb_grpc
-from tests.e2e.python_models import REPEAT_CONFIG, REPEAT_MODEL, stream_repeat
+from tests.e2e.python_models import ADD_SUB_CONFIG, ADD_SUB_MODEL, REPEAT_CONFIG, REPEAT_MODEL, stream_repeat
 from tests.gateway.gateway_harness import gateway_settings, running_gateway
 from tests.sidecars.sidecar_harness import Sidecar, running
 
@@ -104,3 +107,32 @@ async def test_a_refused_stream_request_carries_its_id_alone(sidecar: Sidecar) -
     [refused] = await asyncio.to_thread(call)
     assert refused.error_message == "unexpected inference input 'WRONG' for model 'repeat'"
     assert refused.infer_response == pb.ModelInferResponse(id="r9")
+
+
+def test_an_instance_count_change_keeps_the_instances_that_stay(tmp_path: Path) -> None:
+    """As Triton's in-place update: growing a group starts only the new instances, and
+    shrinking it finalizes only those past the new count."""
+    config = tmp_path / "add_sub" / "config.pbtxt"
+    (tmp_path / "add_sub" / "1").mkdir(parents=True)
+    config.write_text(ADD_SUB_CONFIG)
+    (tmp_path / "add_sub" / "1" / "model.py").write_text(ADD_SUB_MODEL)
+    flags = ("--model-control-mode=explicit", "--load-model=add_sub")
+    with running(tmp_path, *flags, framework="python") as sidecar:
+        client = grpcclient.InferenceServerClient(sidecar.url)
+        config.write_text(ADD_SUB_CONFIG.replace("count: 1", "count: 3"))
+        client.load_model("add_sub")
+        assert client.get_model_config("add_sub").config.instance_group[0].count == 3
+        assert "add_sub finalized" not in sidecar.output()
+        config.write_text(ADD_SUB_CONFIG)
+        client.load_model("add_sub")
+        assert client.get_model_config("add_sub").config.instance_group[0].count == 1
+        deadline = time.monotonic() + 10
+        while sidecar.output().count("add_sub finalized") < 2:
+            assert time.monotonic() < deadline, sidecar.output()
+            time.sleep(0.05)
+        tensors = [grpcclient.InferInput(name, [1, 4], "FP32") for name in ("INPUT0", "INPUT1")]
+        for tensor in tensors:
+            tensor.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        result = client.infer("add_sub", tensors)
+        assert result.get_response().parameters["instance"].string_param == "add_sub_0_0"
+    assert sidecar.output().count("add_sub finalized") == 3  # and the first one, at the stop

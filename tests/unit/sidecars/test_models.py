@@ -13,7 +13,7 @@ import asyncio
 import os
 import shutil
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,7 @@ class GatedInstance:
 
     def __init__(self, real: ModelInstance, runtime: GatedRuntime) -> None:
         self.real = real
+        self.name: str = getattr(real, "name", "")
         self.runtime = runtime
         self.closed = False
 
@@ -96,7 +97,7 @@ class GatedRuntime:
     def auto_complete(self, config: mc.ModelConfig, version_dir: Path, default_max_batch_size: int) -> None:
         self.real.auto_complete(config, version_dir, default_max_batch_size)
 
-    def load(self, config: mc.ModelConfig, version_dir: Path) -> list[ModelInstance]:
+    def load(self, config: mc.ModelConfig, version_dir: Path, first: Sequence[int] = ()) -> list[ModelInstance]:
         with self._lock:
             self.loads += 1
             self._running += 1
@@ -104,7 +105,7 @@ class GatedRuntime:
         self.loading.set()
         try:
             self.loads_open.wait(GATE_TIMEOUT_S)
-            instances = [GatedInstance(real, self) for real in self.real.load(config, version_dir)]
+            instances = [GatedInstance(real, self) for real in self.real.load(config, version_dir, first)]
         finally:
             with self._lock:
                 self._running -= 1
@@ -807,9 +808,61 @@ async def test_a_changed_instance_group_is_updated_in_place_keeping_the_groups_i
     assert manager.resolve("simple", "1") is serving  # its statistics go on
     assert [(g.name, g.count) for g in serving.config.instance_group] == [("simple_0", 1), ("simple_1", 2)]
     assert serving.batcher.instance_count == 3
-    # The first group's instance stays; the second group is opened again, with two.
-    assert [instance.closed for instance in runtime.instances] == [False, True, False, False]
+    # Both instances stay; the second group gets one more, numbered after the one it has.
+    assert [(i.name, i.closed) for i in runtime.instances] == [
+        ("simple_0_0", False),
+        ("simple_1_0", False),
+        ("simple_1_1", False),
+    ]
     assert await entries(manager, "simple") == [("1", "READY", "")]
+
+
+async def test_a_smaller_instance_count_closes_the_instances_past_it(
+    repository: Path, managers: ManagerFactory
+) -> None:
+    model_dir = make_models.write_simple(repository, extra_config="instance_group [{ count: 3 kind: KIND_CPU }]")
+    runtime = gated()
+    manager = managers(repository, "explicit", load_models=("simple",), runtime=runtime)
+    await manager.start()
+    serving = manager.resolve("simple", "1")
+    config = model_dir / "config.pbtxt"
+    config.write_text(config.read_text().replace("count: 3", "count: 1"))
+
+    await manager.load("simple")
+
+    assert manager.resolve("simple", "1") is serving
+    assert serving.batcher.instance_count == 1
+    assert [instance.closed for instance in runtime.instances] == [False, True, True]
+    assert runtime.loads == 1
+
+
+async def test_a_gpu_group_grows_and_shrinks_on_each_of_its_gpus(repository: Path, managers: ManagerFactory) -> None:
+    # Without GPUs here the instances fall back to the CPU, but each keeps its place: a GPU
+    # group's instances are opened GPU by GPU, and an update keeps that order.
+    group = "instance_group [{{ count: {count} kind: KIND_GPU gpus: [ 0, 1 ] }}]"
+    model_dir = make_models.write_simple(repository, extra_config=group.format(count=1))
+    config = model_dir / "config.pbtxt"
+    runtime = gated()
+    manager = managers(repository, "explicit", load_models=("simple",), runtime=runtime)
+    await manager.start()
+    serving = manager.resolve("simple", "1")
+    first_two = list(runtime.instances)
+
+    config.write_text(config.read_text().replace(group.format(count=1), group.format(count=2)))
+    await manager.load("simple")
+
+    assert serving.groups is not None
+    [(_, count, instances)] = serving.groups
+    added = runtime.instances[2:]
+    assert (count, instances) == (2, [first_two[0], added[0], first_two[1], added[1]])  # GPU 0's, then GPU 1's
+
+    config.write_text(config.read_text().replace(group.format(count=2), group.format(count=1)))
+    await manager.load("simple")
+
+    [(_, count, instances)] = serving.groups
+    assert (count, instances) == (1, first_two)
+    assert [instance.closed for instance in runtime.instances] == [False, False, True, True]
+    assert manager.resolve("simple", "1") is serving
 
 
 async def test_a_refused_instance_group_leaves_the_version_serving_as_it_was_saying_why(

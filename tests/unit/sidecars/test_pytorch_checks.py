@@ -93,6 +93,16 @@ def test_a_matching_model_loads_and_binds_by_forward_names(add_sub: Path) -> Non
         instance.close()
 
 
+def test_an_update_opens_only_the_instances_after_those_a_group_has(add_sub: Path) -> None:
+    grown = config(ADD_SUB + ' instance_group [{ name: "g" kind: KIND_CPU count: 3 }]')
+    instances = TorchRuntime({}).load(grown, add_sub, first=[1])
+    try:
+        assert [instance.name for instance in instances if isinstance(instance, TorchInstance)] == ["g_1", "g_2"]
+    finally:
+        for instance in instances:
+            instance.close()
+
+
 def test_the_input_count_must_be_forwards(add_sub: Path) -> None:
     text = io([("a", "TYPE_INT32"), ("b", "TYPE_INT32"), ("c", "TYPE_INT32")], [("SUM", "TYPE_INT32")])
     assert refusal(text, add_sub) == (
