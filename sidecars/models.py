@@ -141,10 +141,7 @@ class LoadedVersion:
             return Reuse.REOPEN
         if before.groups == origin.groups:
             return Reuse.KEEP
-        # Sequences hold slots on their instances: such a model is opened again.
-        if self.groups is None or not isinstance(self.batcher, DynamicBatcher):
-            return Reuse.REOPEN
-        return Reuse.REGROUP
+        return Reuse.REOPEN if self.groups is None else Reuse.REGROUP
 
     async def regroup(
         self,
@@ -159,7 +156,6 @@ class LoadedVersion:
         del self.config.instance_group[:]
         self.config.instance_group.extend(config.instance_group)
         self.groups, self.origin = groups, origin
-        assert isinstance(self.batcher, DynamicBatcher)  # see `reuse`
         await self.batcher.update_instances(added, removed)
 
     async def close(self) -> None:

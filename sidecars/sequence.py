@@ -92,6 +92,12 @@ class _Lane:
     formed: deque[_Formed] = field(default_factory=deque)  # `oldest`: waiting for the instance
     idle: asyncio.Future[_Formed | None] | None = None  # `oldest`: the worker waiting for a batch
     forming: bool = True  # `oldest`: its former runs
+    # An instance-group update removed it: its slots take no new sequence, and once every
+    # one is free (`released`) it stops and its instance is closed.
+    leaving: bool = False
+    released: set[int] = field(default_factory=set)
+    stopped: bool = False
+    workers: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -141,6 +147,7 @@ class SequenceBatcher:
             config.max_batch_size, oldest.preferred_batch_size, oldest.max_queue_delay_microseconds
         )
         slot_count = (oldest.max_candidate_sequences or self._max_rows) if self._oldest else self._max_rows
+        self._slot_count = slot_count
         self._delay_ns = batching.direct.max_queue_delay_microseconds * 1000
         self._min_utilization = batching.direct.minimum_slot_utilization
         # A new sequence's state shapes: a START batches with continuing sequences whose
@@ -159,14 +166,62 @@ class SequenceBatcher:
         self._last_seen: dict[int | str, int] = {}
         self._queued = 0
         self._closing = False
-        self._workers = [asyncio.create_task(self._work(lane)) for lane in self._lanes]
-        if self._oldest:
-            self._workers += [asyncio.create_task(self._form(lane)) for lane in self._lanes]
+        for lane in self._lanes:
+            self._start_lane(lane)
+        self._closing_lanes: set[asyncio.Task[None]] = set()  # leaving lanes closing their instance
         self._reaper = asyncio.create_task(self._reap())
+
+    def _start_lane(self, lane: _Lane) -> None:
+        lane.workers.append(asyncio.create_task(self._work(lane)))
+        if self._oldest:
+            lane.workers.append(asyncio.create_task(self._form(lane)))
 
     @property
     def instance_count(self) -> int:
-        return len(self._lanes)
+        return sum(1 for lane in self._lanes if not lane.leaving)
+
+    async def update_instances(self, added: Sequence[ModelInstance], removed: Sequence[ModelInstance]) -> None:
+        """Triton's in-place instance-group update (SequenceBatchScheduler::Update): each
+        added instance brings its slots, which backlogged sequences take first; a removed
+        one takes no new sequence, keeps those it holds until they end or idle out, and
+        is closed once its last slot is free (this does not wait for that)."""
+        leaving = {id(instance) for instance in removed}
+        for lane in self._lanes:
+            if id(lane.instance) in leaving:
+                lane.leaving = True
+        kept = []
+        for slot_index, lane_index in self._free:
+            lane = self._lanes[lane_index]
+            if lane.leaving:
+                lane.released.add(slot_index)
+            else:
+                kept.append((slot_index, lane_index))
+        self._free = kept
+        heapq.heapify(self._free)
+        for lane in self._lanes:
+            if lane.leaving:
+                self._stop_when_free(lane)
+        for instance in added:
+            lane = _Lane(instance, len(self._lanes))
+            lane.slots = [_Slot(lane, s) for s in range(self._slot_count)]
+            self._lanes.append(lane)
+            self._start_lane(lane)
+            for slot in lane.slots:
+                self._release(slot)  # to the oldest backlogged sequence, else free
+
+    def _stop_when_free(self, lane: _Lane) -> None:
+        """A leaving lane whose every slot is free stops, then closes its instance."""
+        if lane.stopped or len(lane.released) < len(lane.slots):
+            return
+        lane.stopped = True
+        lane.changed.set()
+        closing = asyncio.get_running_loop().create_task(self._close_lane(lane))
+        self._closing_lanes.add(closing)
+        closing.add_done_callback(self._closing_lanes.discard)
+
+    async def _close_lane(self, lane: _Lane) -> None:
+        await asyncio.gather(*lane.workers, return_exceptions=True)
+        await asyncio.to_thread(lane.instance.close)
 
     @property
     def pending(self) -> int:
@@ -281,9 +336,13 @@ class SequenceBatcher:
 
     def _release(self, slot: _Slot) -> None:
         """Free a slot whose sequence ended or idled out: the oldest backlogged sequence
-        takes it, else it waits for the next START."""
+        takes it, else it waits for the next START (on a leaving lane, it goes)."""
         slot.state = None
         slot.binding += 1
+        if slot.lane.leaving:
+            slot.lane.released.add(slot.index)
+            self._stop_when_free(slot.lane)
+            return
         while self._backlog:
             backlog = self._backlog.popleft()
             if backlog.timer is not None:
@@ -355,7 +414,7 @@ class SequenceBatcher:
                 if formed.full or formed.started:
                     formed = _Formed()
                 heads = self._heads(lane)
-                if not heads and self._closing:
+                if not heads and (self._closing or lane.stopped):
                     return
                 ready = sorted(
                     (slot for slot in heads if not slot.issued),
@@ -437,7 +496,7 @@ class SequenceBatcher:
         while True:
             heads = self._heads(lane)
             if not heads:
-                if self._closing:
+                if self._closing or lane.stopped:
                     return None
                 await _wait_for_change(lane)
                 continue
@@ -612,7 +671,8 @@ class SequenceBatcher:
         self._closing = True
         for lane in self._lanes:
             lane.changed.set()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        await asyncio.gather(*(task for lane in self._lanes for task in lane.workers), return_exceptions=True)
+        await asyncio.gather(*self._closing_lanes, return_exceptions=True)
         self._reaper.cancel()
         await asyncio.gather(self._reaper, return_exceptions=True)
         for backlog in self._backlog:
@@ -620,7 +680,8 @@ class SequenceBatcher:
                 backlog.timer.cancel()
             self._fail_backlog(backlog, unavailable("Server exiting"))
         for lane in self._lanes:
-            await asyncio.to_thread(lane.instance.close)
+            if not lane.stopped:
+                await asyncio.to_thread(lane.instance.close)
 
 
 async def _wait_for_change(lane: _Lane, timeout_ns: int | None = None) -> None:

@@ -224,9 +224,9 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path) -> None:
 
 
 def test_a_sequence_goes_on_through_a_load_that_keeps_its_version(tmp_path: Path) -> None:
-    """A load that finds the model unchanged keeps the version serving as it was, open
-    sequences and their state included (as Triton's in-place update); a load that opens
-    the version again loses them, as Triton's full reload does."""
+    """A load that finds the model unchanged, or its instance groups alone changed, keeps
+    the version serving, open sequences and their state included (as Triton's in-place
+    update); a load that opens the version again loses them, as Triton's full reload does."""
     model_dir = make_models().write_sequence(tmp_path, "running_sum", ("READY",), state=True, strategy=LONG_IDLE)
     config = model_dir / "config.pbtxt"
 
@@ -241,6 +241,11 @@ def test_a_sequence_goes_on_through_a_load_that_keeps_its_version(tmp_path: Path
         assert (step(client, 2, start=True), step(client, 3)) == (2, 5)
         client.load_model("running_sum")
         assert step(client, 4) == 9
+        # A new instance count is applied in place: the sequence keeps its slot and state.
+        config.write_text(config.read_text().replace("kind: KIND_CPU", "count: 3 kind: KIND_CPU"))
+        client.load_model("running_sum")
+        assert client.get_model_config("running_sum").config.instance_group[0].count == 3
+        assert step(client, 1) == 10
         config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: 4"))
         client.load_model("running_sum")
         with pytest.raises(InferenceServerException, match="must specify the START flag"):

@@ -900,7 +900,7 @@ async def test_a_refused_instance_group_leaves_the_version_serving_as_it_was_say
     assert manager.resolve("simple", "1") is serving
 
 
-async def test_a_sequence_model_whose_instance_group_changed_is_opened_again(
+async def test_a_sequence_model_whose_instance_group_changed_is_updated_in_place(
     repository: Path, managers: ManagerFactory
 ) -> None:
     model_dir = make_models.write_sequence(repository, "running_sum", ("READY",), state=True, instances=1)
@@ -912,8 +912,9 @@ async def test_a_sequence_model_whose_instance_group_changed_is_opened_again(
 
     await manager.load("running_sum")
 
-    assert manager.resolve("running_sum", "1") is not serving
-    assert manager.resolve("running_sum", "1").config.instance_group[0].count == 2
+    assert manager.resolve("running_sum", "1") is serving
+    assert serving.config.instance_group[0].count == 2
+    assert serving.batcher.instance_count == 2
 
 
 async def test_uploaded_files_are_opened_at_every_load(

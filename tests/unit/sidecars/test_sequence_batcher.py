@@ -281,6 +281,65 @@ async def test_direct_spreads_sequences_over_instances_lowest_slot_first() -> No
     assert model.batches(1) == [(0, [Row(2, 2, start=True)])]
 
 
+# -- an instance-group update -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["direct { }", "oldest { max_candidate_sequences: 1 }"])
+@virtual_time
+async def test_an_added_instance_gives_its_slots_to_the_backlog_first(strategy: str) -> None:
+    model = Model(strategy, max_batch_size=1)
+    calls = [model.send(11, 1, start=True), model.send(22, 10, start=True)]  # 22 waits for a slot
+    await until_us(100)
+    assert calls[1].done_us is None
+    added = RecordingInstance(accumulate, 0)
+    model.instances.append(added)
+    await model.batcher.update_instances([added], [])
+    calls.append(model.send(22, 20))
+    assert [await output_of(call) for call in calls] == [1, 10, 30]
+    assert model.batches(1) == [(100, [Row(22, 10, start=True)]), (100, [Row(22, 20)])]
+    assert model.batcher.instance_count == 2
+
+
+@pytest.mark.parametrize("strategy", ["direct { }", "oldest { max_candidate_sequences: 2 }"])
+@virtual_time
+async def test_a_removed_instance_keeps_its_sequences_until_they_end_then_closes(strategy: str) -> None:
+    model = Model(strategy, max_batch_size=2, runs_for_us=(0, 0))
+    kept, leaving = model.instances
+    calls = [model.send(11, 1, start=True), model.send(22, 10, start=True)]  # 11 on `kept`, 22 on `leaving`
+    await until_us(100)
+    await model.batcher.update_instances([], [leaving])
+    assert model.batcher.instance_count == 1
+    calls += [model.send(22, 20), model.send(33, 5, start=True)]  # 22 stays; 33 starts on `kept`
+    await until_us(200)
+    assert not leaving.closed  # 22 still holds its slot there
+    calls.append(model.send(22, 30, end=True))
+    assert [await output_of(call) for call in calls] == [1, 10, 30, 5, 60]
+    await until_us(300)
+    assert leaving.closed and not kept.closed
+    assert [row for _, rows in model.batches(1) for row in rows if row] == [
+        Row(22, 10, start=True),
+        Row(22, 20),
+        Row(22, 30, end=True),
+    ]
+    waiting = model.send(44, 1, start=True)
+    await until_us(400)
+    assert waiting.done_us is None  # `kept`'s two slots hold 11 and 33, and `leaving`'s are gone
+    assert await output_of(model.send(11, 2, end=True)) == 3
+    assert await output_of(waiting) == 1  # in 11's slot
+    await model.batcher.close()
+    assert kept.closed
+
+
+@virtual_time
+async def test_a_removed_instance_without_sequences_closes_at_once() -> None:
+    model = Model(max_batch_size=2, runs_for_us=(0, 0))
+    kept, leaving = model.instances
+    await model.send(11, 1, start=True).result()  # on `kept`
+    await model.batcher.update_instances([], [leaving])
+    await until_us(10)
+    assert leaving.closed and not kept.closed
+
+
 # -- the oldest strategy ---------------------------------------------------------------------
 
 
