@@ -347,7 +347,8 @@ class ModelManager:
 
         A READY version whose configuration and files are what it was opened from is kept
         as it is (its instances, statistics and live sequences), as Triton's core keeps
-        it; the others are opened from `folder`. A fresh copy of a remote model (`copied`)
+        it, and one whose instance groups alone changed is updated in place (`_regroup`);
+        the others are opened from `folder`. A fresh copy of a remote model (`copied`)
         serves every version or none. Returns whether any version was opened."""
         name = entry.name
         auto_complete = self.settings.auto_complete_config
