@@ -8,7 +8,7 @@ import enum
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from protos import layout
@@ -374,7 +374,10 @@ class ModelManager:
             raise load_failed(name, reason)
         entry.failure, entry.config_failed = "", False
         config_key = layout.config_key((mark[0] for mark in marks), self.settings.model_config_name) if marks else None
-        origins = {v: Origin.of(base, None if marks is None else version_marks(marks, v, config_key)) for v in versions}
+        shared = Origin.of(base, None)  # each version has its own files (none: uploaded, new every time)
+        origins = {v: shared for v in versions}
+        if marks is not None:
+            origins = {v: replace(shared, files=version_marks(marks, v, config_key)) for v in versions}
         reuse = {v: Reuse.REOPEN for v in versions}
         if base.platform != ENSEMBLE_PLATFORM:  # Triton loads an ensemble again whole
             for version in versions:
@@ -477,13 +480,10 @@ class ModelManager:
         if opening:
             firsts = [first for *_, first in plans]
             added = await asyncio.to_thread(self.runtime.load, config, loaded.folder / loaded.version_text, firsts)
-            try:
-                if len(added) != opening:
-                    raise internal(f"model '{config.name}' opened {len(added)} instances, not {opening}")
-                await warm_up(config, added, loaded.folder)
-            except BaseException:
-                await asyncio.gather(*(asyncio.to_thread(i.close) for i in added))
-                raise
+            if len(added) != opening:
+                await _close_all(added)
+                raise internal(f"model '{config.name}' opened {len(added)} instances, not {opening}")
+            await _warmed_up(config, added, loaded.folder)
         groups: list[tuple[bytes, int, list[ModelInstance]]] = []
         at = 0
         for key, count, per_device, first in plans:
@@ -502,11 +502,7 @@ class ModelManager:
         Returns the config, the instances, the sequence tensors and the seconds both took."""
         started = time.monotonic()
         config, instances, tensors = await asyncio.to_thread(self._prepare, base, version_dir)
-        try:
-            await warm_up(config, instances, version_dir.parent)
-        except BaseException:
-            await asyncio.gather(*(asyncio.to_thread(i.close) for i in instances))
-            raise
+        await _warmed_up(config, instances, version_dir.parent)
         return config, instances, tensors, time.monotonic() - started
 
     def _prepare(
@@ -688,6 +684,19 @@ class ModelManager:
                     continue
                 entries.append(IndexEntry(name, str(version), slot.state.value, slot.reason))
         return entries
+
+
+async def _warmed_up(config: mc.ModelConfig, instances: list[ModelInstance], model_dir: Path) -> None:
+    """Run the config's warm-up samples on new instances; closes them when one fails."""
+    try:
+        await warm_up(config, instances, model_dir)
+    except BaseException:
+        await _close_all(instances)
+        raise
+
+
+async def _close_all(instances: list[ModelInstance]) -> None:
+    await asyncio.gather(*(asyncio.to_thread(i.close) for i in instances))
 
 
 def _group_key(group: mc.ModelInstanceGroup) -> bytes:

@@ -695,6 +695,13 @@ async def serving_linear(
     return model_dir, manager, {v.version: v for v in manager.ready_versions("linear")}
 
 
+def rewrite(config: Path, old: str, new: str) -> None:
+    """Edit a config file, refusing an edit that would change nothing."""
+    text = config.read_text()
+    assert old in text, (old, text)
+    config.write_text(text.replace(old, new))
+
+
 def touch(path: Path) -> None:
     """Give a file a later modification time, as an editor's save would."""
     mark = path.stat().st_mtime_ns + 1_000_000_000
@@ -799,9 +806,7 @@ async def test_a_changed_instance_group_is_updated_in_place_keeping_the_groups_i
     manager = managers(repository, "explicit", load_models=("simple",), runtime=runtime)
     await manager.start()
     serving = manager.resolve("simple", "1")
-    (model_dir / "config.pbtxt").write_text(
-        (model_dir / "config.pbtxt").read_text().replace(TWO_GROUPS.format(second=1), TWO_GROUPS.format(second=2))
-    )
+    rewrite(model_dir / "config.pbtxt", TWO_GROUPS.format(second=1), TWO_GROUPS.format(second=2))
 
     await manager.load("simple")
 
@@ -825,8 +830,7 @@ async def test_a_smaller_instance_count_closes_the_instances_past_it(
     manager = managers(repository, "explicit", load_models=("simple",), runtime=runtime)
     await manager.start()
     serving = manager.resolve("simple", "1")
-    config = model_dir / "config.pbtxt"
-    config.write_text(config.read_text().replace("count: 3", "count: 1"))
+    rewrite(model_dir / "config.pbtxt", "count: 3", "count: 1")
 
     await manager.load("simple")
 
@@ -848,7 +852,7 @@ async def test_a_gpu_group_grows_and_shrinks_on_each_of_its_gpus(repository: Pat
     serving = manager.resolve("simple", "1")
     first_two = list(runtime.instances)
 
-    config.write_text(config.read_text().replace(group.format(count=1), group.format(count=2)))
+    rewrite(config, group.format(count=1), group.format(count=2))
     await manager.load("simple")
 
     assert serving.groups is not None
@@ -856,7 +860,7 @@ async def test_a_gpu_group_grows_and_shrinks_on_each_of_its_gpus(repository: Pat
     added = runtime.instances[2:]
     assert (count, instances) == (2, [first_two[0], added[0], first_two[1], added[1]])  # GPU 0's, then GPU 1's
 
-    config.write_text(config.read_text().replace(group.format(count=2), group.format(count=1)))
+    rewrite(config, group.format(count=2), group.format(count=1))
     await manager.load("simple")
 
     [(_, count, instances)] = serving.groups
@@ -907,8 +911,7 @@ async def test_a_sequence_model_whose_instance_group_changed_is_updated_in_place
     manager = managers(repository, "explicit", load_models=("running_sum",))
     await manager.start()
     serving = manager.resolve("running_sum", "1")
-    config = model_dir / "config.pbtxt"
-    config.write_text(config.read_text().replace("count: 1 ", "count: 2 "))
+    rewrite(model_dir / "config.pbtxt", "count: 1 ", "count: 2 ")
 
     await manager.load("running_sum")
 
